@@ -1,0 +1,19 @@
+# Source this on the lent GPU machine (device tool), from the repository root:
+#   source .ci/device-env.sh
+# It makes `skillrun` / `skillrun_kernels` importable without installing (no network there):
+# the fixed layout maps runner/ and kernels/ onto those names, so we expose them through links.
+# Wheels for packages the image lacks travel in .whl/ (carry it) and go to /tmp/site.
+set -e
+_root="$(pwd)"
+mkdir -p /tmp/shim
+ln -sfn "$_root/runner" /tmp/shim/skillrun
+ln -sfn "$_root/kernels" /tmp/shim/skillrun_kernels
+ln -sfn "$_root" /tmp/shim/skillrun_kb
+export PYTHONPATH="/tmp/shim${PYTHONPATH:+:$PYTHONPATH}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+export SKILLRUN_KB="$_root"
+export PYTHONUNBUFFERED=1
+set +e

@@ -1,0 +1,3 @@
+from skillrun.cli import main
+
+main()

@@ -1,0 +1,140 @@
+"""The pipeline's data model: one typed value per arrow.
+
+    trace --ingest--> Profile --match(SkillIndex)--> MatchReport --select--> Plan --execute--> results
+
+Everything after ingestion is format-agnostic: it sees only these models. They serialize to
+JSON (``--json`` on the CLI, agent tool results) with ``model_dump(mode="json")``.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved"]
+Shape = dict[str, int]  # problem dimensions: M, N, K, batch, tokens, experts, topk, model_dim, inter_dim …
+
+# Names a recipe predicate may read. Problem dimensions plus device facts (see facts/).
+SHAPE_KEYS = ("M", "N", "K", "batch", "tokens", "experts", "topk", "model_dim", "inter_dim", "group_size")
+DEVICE_KEYS = ("cu_count", "sm_count", "xcds", "l2_mb", "lds_kb")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeviceInfo(_Model):
+    index: int = 0
+    name: Optional[str] = None
+    vendor: Optional[Literal["nvidia", "amd"]] = None
+    arch: Optional[str] = None  # gfx950, gfx942, sm_90, …
+    sm_count: Optional[int] = None  # NVIDIA SMs or AMD CUs, as the profiler reports them
+    warp_size: Optional[int] = None
+
+
+class OpCall(_Model):
+    """One launching op (with one set of argument shapes) behind a kernel."""
+
+    op: str  # aten::_scaled_mm, aten::mm, vllm::…
+    input_dims: list[Any] = Field(default_factory=list)
+    input_types: list[str] = Field(default_factory=list)
+    input_strides: list[Any] = Field(default_factory=list)
+    concrete_inputs: list[Any] = Field(default_factory=list)
+    calls: int = 0
+    total_us: float = 0.0
+    shape: Optional[Shape] = None  # problem dims recovered from the op (M, N, K, …)
+    dtype: Optional[str] = None  # normalized input dtype: fp8_e4m3, fp8_e4m3_fnuz, bf16, fp16, fp32, int4 …
+    scale_recipe: Optional[str] = None  # tensorwise | rowwise | blockwise_1x128_128x128 | …
+    provenance: ShapeProvenance = "trace"
+
+
+class KernelStat(_Model):
+    name: str  # as the profiler wrote it (may be mangled or truncated)
+    demangled: Optional[str] = None
+    total_us: float
+    calls: int
+    pct_gpu: float  # share of summed GPU kernel time, in percent
+    avg_us: float = 0.0
+    device: Optional[int] = None
+    ops: list[OpCall] = Field(default_factory=list)
+    shape_provenance: ShapeProvenance = "unresolved"
+    graph_replayed_calls: int = 0
+    unattributed_us: float = 0.0  # device time of calls we could not link to a shape
+    grid: Optional[list[int]] = None
+    block: Optional[list[int]] = None
+
+
+class GraphReplay(_Model):
+    detected: bool = False
+    launches: int = 0  # cudaGraphLaunch / hipGraphLaunch calls seen
+    kernel_calls: int = 0  # kernel executions attributed to graph replay
+    total_us: float = 0.0
+
+
+class Profile(_Model):
+    """A normalized profile, whatever the source format (schema: schemas/profile.schema.json)."""
+
+    source: str
+    format: str  # kineto_json | rocprofv3_csv | rocprofv3_json | rocpd_sqlite | rocprof_v1_csv | nsys_sqlite | nsys_stats_csv | ncu_csv
+    devices: list[DeviceInfo] = Field(default_factory=list)
+    arch: Optional[str] = None
+    total_kernel_us: float = 0.0
+    kernel_calls: int = 0
+    kernels: list[KernelStat] = Field(default_factory=list)  # ranked, hottest first
+    graph_replay: GraphReplay = Field(default_factory=GraphReplay)
+    unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
+    linked_calls: int = 0  # kernel calls linked to an op with shapes
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Criterion(_Model):
+    name: str  # regex | min_pct_gpu | gen | dtype | operator | regime | op
+    passed: bool
+    reason: str
+    required: bool = True
+
+
+class Match(_Model):
+    skill_id: str
+    kernel: str
+    pct_gpu: float
+    matched: bool
+    near_miss: bool = False  # failed exactly one required criterion
+    criteria: list[Criterion] = Field(default_factory=list)
+
+
+class MatchReport(_Model):
+    profile: str
+    arch: Optional[str]
+    matches: list[Match] = Field(default_factory=list)  # matched=True
+    near_misses: list[Match] = Field(default_factory=list)
+    unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
+
+
+class PlanItem(_Model):
+    skill_id: str
+    kernel: str  # the profiled kernel this replaces
+    pct_gpu: float
+    shape: Optional[Shape] = None
+    shape_provenance: ShapeProvenance = "unresolved"
+    dtype: Optional[str] = None
+    recipe: Optional[str] = None
+    untuned: bool = False
+    kernel_ref: Optional[str] = None
+    backend: Optional[str] = None  # triton | flydsl
+    config: dict[str, Any] = Field(default_factory=dict)
+    lever: Optional[str] = None
+    loses: list[str] = Field(default_factory=list)
+    references: dict[str, Any] = Field(default_factory=dict)
+    tolerance: dict[str, float] = Field(default_factory=dict)
+    expected_speedup: Optional[float] = None
+    projected_e2e_gain_pct: Optional[float] = None  # f·(1−1/s), in percent of total GPU time
+    status: Literal["planned", "unresolved_shape", "unsupported_shape"] = "planned"
+    notes: list[str] = Field(default_factory=list)
+
+
+class Plan(_Model):
+    profile: str
+    arch: Optional[str]
+    items: list[PlanItem] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
