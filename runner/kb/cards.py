@@ -1,0 +1,170 @@
+"""Loading skill cards and fact cards (YAML front matter + markdown body) into typed models."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skillrun.errors import SkillRunError
+from skillrun.kb.paths import schema_path
+
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
+
+
+def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
+    m = _FRONT.match(text)
+    if not m:
+        raise SkillRunError("no YAML front matter (the file must start with a '---' line and close it with another)", path=str(path))
+    try:
+        data = yaml.safe_load(m.group(1))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 2}" if mark is not None else "front matter"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SkillRunError(f"bad YAML at {where}: {problem}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise SkillRunError("front matter is not a YAML mapping", path=str(path))
+    return data, m.group(2)
+
+
+@lru_cache(maxsize=8)
+def _validator(name: str):
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(schema_path(name).read_text()))
+
+
+def schema_errors(name: str, data: dict[str, Any], path: Path) -> list[SkillRunError]:
+    """Every schema violation as an error naming file, field and reason."""
+    out = []
+    for e in sorted(_validator(name).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        field = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        msg = e.message
+        if e.validator == "required":
+            msg = f"missing required field: {msg.split(' is a required')[0]}"
+        out.append(SkillRunError(msg, path=str(path), field=field))
+    return out
+
+
+@dataclass
+class Recipe:
+    name: str
+    when: str
+    kernel: str
+    backend: str
+    config: dict[str, Any]
+    lever: str
+    gens: list[str] = field(default_factory=list)
+    loses: list[str] = field(default_factory=list)
+    gates: dict[str, Any] = field(default_factory=dict)
+    expected_speedup: float | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    compiled: dict[str, Any] = field(default_factory=dict)
+    notes: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Recipe":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class SkillCard:
+    id: str
+    path: Path
+    data: dict[str, Any]  # the whole front matter, as written
+    body: str
+    recipes: list[Recipe]
+
+    @property
+    def match(self) -> dict[str, Any]:
+        return self.data["match"]
+
+    @property
+    def gens(self) -> list[str]:
+        return list(self.match.get("gens", []))
+
+    @property
+    def regex(self) -> str:
+        return self.match["profile_signature"]["op_name_regex"]
+
+    @property
+    def min_pct_gpu(self) -> float:
+        return float(self.match["profile_signature"].get("min_pct_gpu", 0.0))
+
+    @property
+    def tolerance(self) -> dict[str, float]:
+        return dict(self.data.get("tolerance", {}))
+
+    @property
+    def references(self) -> dict[str, Any]:
+        return dict(self.data.get("references", {}))
+
+    @property
+    def facts(self) -> list[str]:
+        return list(self.data.get("facts", []))
+
+    def recipe(self, name: str) -> Recipe:
+        for r in self.recipes:
+            if r.name == name:
+                return r
+        raise SkillRunError(f"card has no recipe named {name!r}", path=str(self.path), field="recipes")
+
+    @property
+    def default_recipe(self) -> Recipe:
+        return self.recipe(self.data["default_recipe"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "path": str(self.path), **self.data, "body": self.body}
+
+
+@dataclass
+class FactCard:
+    id: str
+    path: Path
+    data: dict[str, Any]
+    body: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "path": str(self.path), **self.data, "body": self.body}
+
+
+def read_skill(path: Path) -> tuple[SkillCard | None, list[SkillRunError]]:
+    """Parse and schema-check one SKILL.md; returns the card (None if unusable) and all errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [SkillRunError(f"cannot read card: {exc}", path=str(path))]
+    try:
+        data, body = split_front_matter(text, path)
+    except SkillRunError as exc:
+        return None, [exc]
+    errors = schema_errors("skill", data, path)
+    if errors:
+        return None, errors
+    if data["id"] != path.parent.name:
+        errors.append(SkillRunError(f"id {data['id']!r} differs from its folder name {path.parent.name!r}", path=str(path), field="id"))
+    recipes = [Recipe.from_dict(r) for r in data["recipes"]]
+    card = SkillCard(id=data["id"], path=path, data=data, body=body, recipes=recipes)
+    return card, errors
+
+
+def read_fact(path: Path) -> tuple[FactCard | None, list[SkillRunError]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        data, body = split_front_matter(text, path)
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [SkillRunError(f"cannot read fact card: {exc}", path=str(path))]
+    except SkillRunError as exc:
+        return None, [exc]
+    errors = schema_errors("fact", data, path)
+    if errors:
+        return None, errors
+    if data["id"] != path.stem:
+        errors.append(SkillRunError(f"id {data['id']!r} differs from its file name {path.stem!r}", path=str(path), field="id"))
+    return FactCard(id=data["id"], path=path, data=data, body=body), errors

@@ -1,0 +1,54 @@
+"""Where the knowledge base lives.
+
+Resolution order: an explicit path (``--kb PATH``) > ``$SKILLRUN_KB`` > the source checkout that
+holds this package (runner/ sits beside skills/ and schemas/) > the copy installed with the wheel
+(the ``skillrun_kb`` data package).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from skillrun.errors import SkillRunError
+
+_override: Path | None = None
+
+
+def _looks_like_kb(p: Path) -> bool:
+    return (p / "skills").is_dir() and (p / "schemas").is_dir()
+
+
+def set_kb_root(path: str | Path | None) -> None:
+    """Pin the knowledge base for this process (the CLI's ``--kb``)."""
+    global _override
+    if path is None:
+        _override = None
+        return
+    p = Path(path).expanduser().resolve()
+    if not _looks_like_kb(p):
+        raise SkillRunError("not a knowledge base (needs skills/ and schemas/ folders)", path=str(p), exit_code=2)
+    _override = p
+
+
+def kb_root() -> Path:
+    if _override is not None:
+        return _override
+    env = os.environ.get("SKILLRUN_KB")
+    if env:
+        p = Path(env).expanduser().resolve()
+        if not _looks_like_kb(p):
+            raise SkillRunError("SKILLRUN_KB does not point at a knowledge base (needs skills/ and schemas/)", path=str(p), exit_code=2)
+        return p
+    checkout = Path(__file__).resolve().parents[2]
+    if _looks_like_kb(checkout):
+        return checkout
+    spec = importlib.util.find_spec("skillrun_kb")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        if _looks_like_kb(Path(loc)):
+            return Path(loc)
+    raise SkillRunError("no knowledge base found; pass --kb PATH or set SKILLRUN_KB", exit_code=2)
+
+
+def schema_path(name: str) -> Path:
+    return kb_root() / "schemas" / f"{name}.schema.json"
