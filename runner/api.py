@@ -1,0 +1,102 @@
+"""The pipeline as typed functions: the one interface shared by the CLI, Python users and agent tools.
+
+    ingest_profile -> match -> plan -> execute -> (validation YAML) -> report
+
+Heavy stages (execution, FlyDSL compile checks, torch) are imported lazily so that analysing a
+trace works on any machine, GPU or not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from skillrun.kb.index import SkillIndex
+from skillrun.kb.lint import LintReport, lint
+from skillrun.kb.paths import set_kb_root
+from skillrun.match import match_profile
+from skillrun.models import MatchReport, Plan, Profile
+from skillrun.plan import make_plan, problem_keys
+from skillrun.select import parse_shape
+
+ProgressFn = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+def load_index(kb: str | Path | None = None) -> SkillIndex:
+    if kb is not None:
+        set_kb_root(kb)
+    return SkillIndex.load()
+
+
+def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
+    from skillrun.ingest import ingest
+
+    return ingest(path, arch=arch, progress=progress)
+
+
+def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchReport:
+    return match_profile(profile, index, top=top)
+
+
+def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None) -> Plan:
+    return make_plan(profile, report, index, shapes=shapes)
+
+
+@dataclass
+class Analysis:
+    profile: Profile
+    matches: MatchReport
+    plan: Plan
+
+    def to_json(self, top: int | None = None) -> dict[str, Any]:
+        prof = self.profile.model_dump(mode="json")
+        if top:
+            prof["kernels"] = prof["kernels"][:top]
+        return {"profile": prof, "matches": self.matches.model_dump(mode="json"), "plan": self.plan.model_dump(mode="json")}
+
+
+def analyze(path: str | Path, *, index: SkillIndex, arch: str | None = None, top: int | None = 20,
+            shapes: list[str] | list[dict[str, int]] | None = None, progress: ProgressFn | None = None) -> Analysis:
+    """Ingest + match + plan (CPU only): what `skill-run --profile FILE` prints."""
+    profile = ingest_profile(path, arch=arch, progress=progress)
+    report = match(profile, index, top=top)
+    parsed = parse_shapes_for(report, index, shapes)
+    return Analysis(profile=profile, matches=report, plan=plan(profile, report, index, shapes=parsed))
+
+
+def parse_shapes_for(report: MatchReport, index: SkillIndex, shapes) -> list[dict[str, int]] | None:
+    """--shape strings are read in the key order of the matched card's problem (M,N,K unless it says otherwise)."""
+    if not shapes:
+        return None
+    keys = ("M", "N", "K")
+    if report.matches:
+        keys = problem_keys(index.skill(report.matches[0].skill_id))
+    return [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+
+
+def lint_kb(index: SkillIndex) -> LintReport:
+    return lint(index)
+
+
+def execute(plan: Plan, index: SkillIndex, **kw: Any) -> list[dict[str, Any]]:
+    from skillrun.execute import execute_plan
+
+    return execute_plan(index, plan, **kw)
+
+
+def run_skill(index: SkillIndex, skill_id: str, shapes: list[str] | list[dict[str, int]], **kw: Any) -> list[dict[str, Any]]:
+    from skillrun.execute import run_skill as _run
+
+    card = index.skill(skill_id)
+    keys = problem_keys(card)
+    parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+    return _run(index, skill_id, parsed, **kw)
+
+
+def check(index: SkillIndex, skill_id: str, arch: str | None = None, shapes: list[str] | list[dict[str, int]] | None = None, write: bool = True):
+    from skillrun.check import check_skill
+
+    card = index.skill(skill_id)
+    keys = problem_keys(card)
+    parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes] if shapes else None
+    return check_skill(index, skill_id, arch=arch, shapes=parsed, write=write)

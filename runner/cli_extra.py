@@ -1,0 +1,2 @@
+"""Commands whose implementation lives outside the core pipeline (workload profiling, agent, MCP)."""
+from __future__ import annotations
