@@ -44,7 +44,7 @@ def select_recipe(card: SkillCard, shape: dict[str, int], device_facts: dict[str
         except expr.MissingName as exc:
             reasons.append(f"{r.name}: {exc}")
             continue
-        except (ArithmeticError, TypeError) as exc:
+        except (expr.ExprError, ArithmeticError, TypeError) as exc:
             reasons.append(f"{r.name}: predicate failed to evaluate ({exc})")
             continue
         if ok:
