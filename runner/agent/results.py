@@ -1,0 +1,121 @@
+"""Tool results the model can read: one JSON envelope, bounded in size, never an exception.
+
+Every tool returns ``{"ok": true, ...}`` or ``{"ok": false, "error": ..., "hint": ...}``. Results
+longer than the budget are shrunk (long lists cut to their head with a count, long texts cut with
+a marker) and, where the full data matters (analysis of a whole trace), the full JSON is written
+once under ``validation/_analysis/`` and its path is returned as the pointer.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from skillrun.agent.safety import scrub
+from skillrun.errors import SkillRunError
+
+MAX_CHARS = 6000
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def ok(**payload: Any) -> dict[str, Any]:
+    return {"ok": True, **payload}
+
+
+def error_result(exc: BaseException, tool: str) -> dict[str, Any]:
+    """A readable failure for the model, with what to try next."""
+    if isinstance(exc, SkillRunError):
+        # The shape parser names the CLI flag; tools call the same field `shapes`.
+        field = "shapes" if exc.field == "--shape" else exc.field
+        where = "".join(f"{part}: " for part in (exc.path, field) if part)
+        reason = f"{where}{exc.reason}"
+        return {"ok": False, "error": reason, "hint": exc.hint or _default_hint(tool)}
+    if isinstance(exc, (ImportError, ModuleNotFoundError)):
+        missing = getattr(exc, "name", None) or str(exc)
+        return {"ok": False, "error": f"{tool} needs a module that is not available here: {missing}",
+                "hint": "this part of the runner is not installed on this machine; try another tool or tell the user"}
+    # Anything else is a bug in the runner, not the model's fault: say so plainly, keep the loop alive.
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
+    return {"ok": False, "error": f"internal error in {tool}: {type(exc).__name__}: {exc}{where}",
+            "hint": "this is a runner bug, not a bad argument; report it to the user rather than retrying"}
+
+
+def _default_hint(tool: str) -> str:
+    return {
+        "show_skill": "call list_skills for the known ids",
+        "read_fact": "call list_skills; its 'facts' list holds the known fact ids",
+        "analyze_profile": "check the path and arch; shapes look like '4096,2048,7168' or 'M=4096,N=2048,K=7168'",
+        "run_skill": "check the skill id and shapes; without a GPU use check_skill or backend='cpu'",
+        "check_skill": "check the skill id; check_skill only applies to FlyDSL cards",
+        "read_validation": "call read_validation without a path to list the artifacts",
+    }.get(tool, "check the arguments against the tool's schema")
+
+
+def _shrink(data: Any, max_list: int, max_str: int) -> Any:
+    if isinstance(data, str):
+        return data if len(data) <= max_str else data[:max_str] + f"… [{len(data) - max_str} more chars]"
+    if isinstance(data, dict):
+        return {k: _shrink(v, max_list, max_str) for k, v in data.items()}
+    if isinstance(data, list):
+        head = [_shrink(v, max_list, max_str) for v in data[:max_list]]
+        if len(data) > max_list:
+            head.append(f"… {len(data) - max_list} more items")
+        return head
+    return data
+
+
+def fit(data: dict[str, Any], limit: int = MAX_CHARS, pointer: str | None = None) -> dict[str, Any]:
+    """`data` as is when small enough, else progressively cut down and marked as truncated."""
+    data = scrub(data)
+    if len(dumps(data)) <= limit:
+        return data
+    for max_list, max_str in ((20, 1500), (10, 800), (5, 400), (3, 200), (2, 120), (1, 80)):
+        small = _shrink(data, max_list, max_str)
+        small["truncated"] = True
+        if pointer:
+            small["full_result"] = pointer
+        if len(dumps(small)) <= limit:
+            return small
+    # Still too large (very wide dicts): keep only the scalar top-level fields.
+    bare = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+    bare.update(truncated=True, full_result=pointer, note="result too large to show; read the full_result file")
+    return _shrink(bare, 1, 200)
+
+
+def write_analysis_json(data: dict[str, Any], validation_root: Path, stem: str) -> Path:
+    """Write the full analysis atomically under validation/_analysis/ and return its path (never overwrites)."""
+    folder = Path(validation_root) / "_analysis"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-")[:60] or "profile"
+    name = f"{stamp}_{safe}.json"
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(scrub(data), indent=1, default=str))
+            fh.flush()
+            os.fsync(fh.fileno())
+        target = folder / name
+        n = 1
+        while True:
+            try:
+                os.link(tmp, target)  # fails instead of clobbering an existing file
+                break
+            except FileExistsError:
+                target = folder / name.replace(".json", f"_{n}.json")
+                n += 1
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    return target

@@ -1,0 +1,392 @@
+"""The agent's tools: thin wrappers over :mod:`skillrun.api` with typed arguments and JSON results.
+
+Each tool is a :class:`ToolSpec` (name, description, pydantic argument model, implementation).
+:func:`build_tools` turns them into LangChain ``StructuredTool`` objects; the MCP server exposes the
+same specs. Whatever goes wrong, a tool returns ``{"ok": false, "error": ..., "hint": ...}`` as its
+result: the agent loop never sees an exception.
+
+There is deliberately no shell tool and no generic file reader: tools read the knowledge base and
+the paths the user allowed, and write only what the runner writes (validation artifacts through
+its own writer, full analyses under ``validation/_analysis/``).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from skillrun import api
+from skillrun.agent import schemas as S
+from skillrun.agent.results import MAX_CHARS, dumps, error_result, fit, ok, write_analysis_json
+from skillrun.agent.safety import PathGuard, scrub
+from skillrun.errors import SkillRunError, UsageError
+from skillrun.kb.index import SkillIndex
+from skillrun.plan import problem_keys
+from skillrun.select import parse_shape
+
+BODY_PREVIEW = 2500  # card/fact body characters shown before pointing at sections
+
+
+def detect_gpu() -> Optional[str]:
+    """Name of the CUDA/ROCm device torch sees, or None. torch is imported only when asked."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - torch absent or broken means no usable GPU here
+        return None
+    try:
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken driver is "no GPU" for our purposes
+        return None
+    return None
+
+
+@dataclass
+class ToolSpec:
+    name: str
+    description: str
+    args_schema: type[BaseModel]
+    impl: Callable[..., dict[str, Any]]
+    max_chars: int = MAX_CHARS
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        """Validate, run, scrub and bound the result; every failure becomes an error result."""
+        try:
+            args = self.args_schema.model_validate(kwargs)
+        except ValidationError as exc:
+            return validation_error_result(exc, self.name)
+        try:
+            result = self.impl(args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the agent loop must survive anything a tool does
+            result = error_result(exc, self.name)
+        return fit(result, self.max_chars, pointer=result.get("full_result"))
+
+    def __call__(self, **kwargs: Any) -> str:
+        return dumps(self.run(**kwargs))
+
+
+def validation_error_result(exc: ValidationError, tool: str) -> dict[str, Any]:
+    problems = []
+    for e in exc.errors():
+        field = ".".join(str(p) for p in e.get("loc", ())) or "(arguments)"
+        msg = e.get("msg", "invalid").removeprefix("Value error, ")
+        problems.append(f"{field}: {msg}")
+    return scrub({"ok": False, "error": f"bad arguments for {tool}: " + "; ".join(problems),
+                  "hint": "fix the arguments to match the tool's schema and call it again"})
+
+
+# --------------------------------------------------------------------------- markdown helpers
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _sections(body: str) -> list[tuple[int, str, int, int]]:
+    """(level, title, start, end) character spans of each markdown section, outside code fences."""
+    heads: list[tuple[int, str, int]] = []
+    pos, fenced = 0, False
+    for line in body.splitlines(keepends=True):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        m = None if fenced else _HEADING.match(line.rstrip("\n"))
+        if m:
+            heads.append((len(m.group(1)), m.group(2), pos))
+        pos += len(line)
+    spans = []
+    for i, (level, title, start) in enumerate(heads):
+        end = len(body)
+        for lvl2, _, s2 in heads[i + 1:]:
+            if lvl2 <= level:
+                end = s2
+                break
+        spans.append((level, title, start, end))
+    return spans
+
+
+def body_view(body: str, section: Optional[str], where: str) -> dict[str, Any]:
+    spans = _sections(body)
+    outline = [("  " * (lvl - 1)) + title for lvl, title, _, _ in spans]
+    if section:
+        want = section.strip().lstrip("#").strip().lower()
+        hits = [s for s in spans if s[1].lower() == want] or [s for s in spans if want in s[1].lower()]
+        if not hits:
+            raise UsageError(f"no section {section!r} in {where}", field="section",
+                             hint="sections: " + "; ".join(t for _, t, _, _ in spans) if spans else "the body has no headings")
+        _, title, start, end = hits[0]
+        return {"section": title, "text": body[start:end].strip()}
+    if len(body) <= BODY_PREVIEW:
+        return {"body": body.strip()}
+    return {"body_preview": body[:BODY_PREVIEW].rstrip() + " …", "body_chars": len(body), "outline": outline,
+            "more": f"call again with section=<one of the outline headings> to read the rest of {where}"}
+
+
+# --------------------------------------------------------------------------- the tools
+class AgentTools:
+    """State shared by the tools: the knowledge base, the read allow-list and the GPU probe."""
+
+    def __init__(self, index: SkillIndex | None = None, allowed_paths: Iterable[str | Path] = (),
+                 gpu_probe: Callable[[], Optional[str]] | None = None, max_chars: int = MAX_CHARS):
+        self.index = index if index is not None else api.load_index()
+        self.guard = PathGuard(self.index.root, allowed_paths)
+        self.gpu_probe = gpu_probe or detect_gpu
+        self.max_chars = max_chars
+
+    @property
+    def validation_root(self) -> Path:
+        return self.index.root / "validation"
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(self.index.root))
+        except ValueError:
+            return str(path)
+
+    def _shapes(self, skill_id: str, shapes: list[str]) -> list[dict[str, int]]:
+        keys = problem_keys(self.index.skill(skill_id))
+        return [parse_shape(s, keys) for s in shapes]
+
+    # ---- knowledge base
+    def list_skills(self, a: S.ListSkillsArgs) -> dict[str, Any]:
+        rows = []
+        for c in self.index.skills.values():
+            if a.gen and a.gen not in c.gens:
+                continue
+            if a.to_backend and c.match.get("to_backend") != a.to_backend:
+                continue
+            rows.append({"id": c.id, "title": c.data.get("title"), "gens": c.gens, "operator": c.match.get("operator"),
+                         "from_backend": c.match.get("from_backend"), "to_backend": c.match.get("to_backend"),
+                         "recipes": [r.name for r in c.recipes], "validation_status": c.data.get("validation", {}).get("status")})
+        facts = [{"id": f.id, "title": f.data.get("title")} for f in self.index.facts.values()]
+        out = ok(skills=rows, facts=facts)
+        if self.index.errors:
+            out["load_problems"] = f"{len(self.index.errors)} card/fact files failed to load (run `skill-run lint`)"
+        return out
+
+    def show_skill(self, a: S.ShowSkillArgs) -> dict[str, Any]:
+        card = self.index.skill(a.skill_id)
+        view = body_view(card.body, a.section, f"skill {card.id}")
+        if a.section:
+            return ok(id=card.id, title=card.data.get("title"), **view)
+        front = {k: v for k, v in card.data.items() if k != "id"}
+        return ok(id=card.id, path=self._rel(card.path), front_matter=front, **view)
+
+    def read_fact(self, a: S.ReadFactArgs) -> dict[str, Any]:
+        fact = self.index.fact(a.fact_id)
+        front = {k: v for k, v in fact.data.items() if k != "id"}
+        return ok(id=fact.id, path=self._rel(fact.path), front_matter=front, **body_view(fact.body, None, f"fact {fact.id}"))
+
+    # ---- profile → plan
+    def analyze_profile(self, a: S.AnalyzeProfileArgs) -> dict[str, Any]:
+        path = self.guard.resolve(a.path, "path")
+        if path.is_dir():
+            raise UsageError(f"{path} is a folder; pass one trace file", field="path")
+        analysis = api.analyze(path, index=self.index, arch=a.arch, top=a.top, shapes=a.shapes or None)
+        summary = summarize_analysis(analysis, a.top)
+        full = analysis.to_json(top=None)
+        if len(dumps(full)) > self.max_chars:
+            try:
+                saved = write_analysis_json(full, self.validation_root, Path(path.name).stem)
+                summary["full_result"] = self._rel(saved)
+            except OSError as exc:  # a read-only install: the summary still stands
+                summary["full_result_not_saved"] = f"could not write under validation/_analysis: {exc.strerror or exc}"
+        return summary
+
+    # ---- execution
+    def run_skill(self, a: S.RunSkillArgs) -> dict[str, Any]:
+        self.index.skill(a.skill_id)
+        shapes = self._shapes(a.skill_id, a.shapes)
+        if a.backend != "cpu":
+            device = self.gpu_probe()
+            if not device:
+                return {"ok": False,
+                        "error": "no GPU device is present on this machine, so run_skill cannot time or validate the port here",
+                        "hint": f"call check_skill(skill_id={a.skill_id!r}) for FlyDSL compile-only gates, or "
+                                "run_skill with backend='cpu' to check numerics of CPU-runnable ports on small shapes "
+                                "(no timing, no speedup); report either as what it is, not as a measured speedup",
+                        "alternatives": ["check_skill", "run_skill(backend='cpu')"]}
+        results = api.run_skill(self.index, a.skill_id, shapes, backend=a.backend, seeds=a.seeds, write=a.write)
+        artifacts = [self._rel(Path(r["artifact"])) for r in results if r.get("artifact")]
+        rows = [_result_row(r) for r in results]
+        return ok(results=rows, artifacts=artifacts,
+                  note="speedups come only from these results; cpu_numerics and compile_only rows carry no speedup")
+
+    def check_skill(self, a: S.CheckSkillArgs) -> dict[str, Any]:
+        self.index.skill(a.skill_id)
+        shapes = self._shapes(a.skill_id, a.shapes) if a.shapes else None
+        rep = api.check(self.index, a.skill_id, arch=a.arch, shapes=shapes, write=a.write)
+        data = rep.to_json() if hasattr(rep, "to_json") else rep
+        if not isinstance(data, dict):
+            data = {"report": data}
+        passed = bool(data.get("ok", False))
+        out = {"ok": True, "passed": passed, "kind": "compile_only (no kernel ran; no timing)", "report": data}
+        arts = data.get("artifacts") or ([data["artifact"]] if data.get("artifact") else [])
+        if arts:
+            out["artifacts"] = [self._rel(Path(p)) for p in arts]
+        return out
+
+    # ---- evidence
+    def read_validation(self, a: S.ReadValidationArgs) -> dict[str, Any]:
+        if a.path is None:
+            return self._list_artifacts(self.validation_root, a.skill_id, a.limit)
+        path = self.guard.resolve(a.path, "path")
+        if path.is_dir():
+            return self._list_artifacts(path, a.skill_id, a.limit)
+        if path.suffix == ".json":
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise SkillRunError(f"cannot read saved analysis: {exc}", path=str(path)) from None
+            return ok(path=self._rel(path), kind="saved analysis (not a validation artifact)", data=data,
+                      full_result=self._rel(path))
+        if path.suffix not in (".yaml", ".yml"):
+            raise UsageError(f"{path.name} is not a validation artifact (.yaml) or saved analysis (.json)", field="path")
+        from skillrun.validation import load_artifact
+
+        record = load_artifact(path)
+        return ok(path=self._rel(path), artifact=record, full_result=self._rel(path))
+
+    def _list_artifacts(self, folder: Path, skill_id: Optional[str], limit: int) -> dict[str, Any]:
+        if skill_id:
+            self.index.skill(skill_id)
+        files = [p for p in folder.rglob("*.yaml") if "_analysis" not in p.parts and not p.name.startswith(".")]
+        if skill_id:
+            files = [p for p in files if p.parent.name == skill_id]
+        # Names start with the UTC creation stamp, so name order is age order across card folders.
+        files.sort(key=lambda p: p.name, reverse=True)
+        rows = []
+        for p in files[:limit]:
+            try:
+                rec = yaml.safe_load(p.read_text()) or {}
+                rows.append(_artifact_row(rec, self._rel(p)))
+            except (OSError, yaml.YAMLError) as exc:
+                rows.append({"path": self._rel(p), "unreadable": str(exc).splitlines()[0]})
+        return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
+                  hint="read one with read_validation(path=...)" if rows else "no validation artifacts yet")
+
+
+def _result_row(r: dict[str, Any]) -> dict[str, Any]:
+    keep = ("skill_id", "recipe", "shape", "mode", "backend", "verdict", "reason", "speedup", "parity", "device",
+            "projected_e2e_gain_pct", "artifact", "error")
+    row = {k: r[k] for k in keep if k in r}
+    return row or r
+
+
+def _artifact_row(rec: dict[str, Any], path: str) -> dict[str, Any]:
+    card = rec.get("card") or {}
+    recipe = rec.get("recipe") or {}
+    dev = rec.get("device") or {}
+    return {"path": path, "created": rec.get("created"), "card": card.get("id") if isinstance(card, dict) else card,
+            "recipe": recipe.get("name") if isinstance(recipe, dict) else recipe, "shape": rec.get("shape"),
+            "mode": rec.get("mode"), "verdict": rec.get("verdict"), "speedup": rec.get("speedup"),
+            "device": dev.get("name") if isinstance(dev, dict) else dev, "reason": rec.get("reason")}
+
+
+def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
+    """What a model needs from an analysis: the hot kernels, the matches with reasons, the plan."""
+    p = a.profile
+    kernels = []
+    for rank, k in enumerate(p.kernels[:top], 1):
+        ops = [{"op": o.op, "shape": o.shape, "dtype": o.dtype, "scale_recipe": o.scale_recipe, "calls": o.calls,
+                "provenance": o.provenance} for o in k.ops[:3]]
+        row = {"rank": rank, "kernel": k.name[:200], "pct_gpu": round(k.pct_gpu, 3), "total_ms": round(k.total_us / 1e3, 4),
+               "calls": k.calls, "shape_provenance": k.shape_provenance, "ops": ops}
+        if len(k.ops) > 3:
+            row["more_ops"] = len(k.ops) - 3
+        if k.graph_replayed_calls:
+            row["graph_replayed_calls"] = k.graph_replayed_calls
+        kernels.append(row)
+
+    def _match(m, only_failed: bool) -> dict[str, Any]:
+        crit = [f"{'PASS' if c.passed else 'FAIL'} {c.name}: {c.reason}" for c in m.criteria if not (only_failed and c.passed)]
+        return {"skill_id": m.skill_id, "kernel": m.kernel[:200], "pct_gpu": round(m.pct_gpu, 3), "criteria": crit}
+
+    plan = []
+    for it in a.plan.items:
+        plan.append({"skill_id": it.skill_id, "kernel": it.kernel[:160], "pct_gpu": round(it.pct_gpu, 3), "shape": it.shape,
+                     "shape_provenance": it.shape_provenance, "dtype": it.dtype, "recipe": it.recipe, "untuned": it.untuned,
+                     "backend": it.backend, "kernel_ref": it.kernel_ref, "status": it.status,
+                     "card_expected_speedup": it.expected_speedup, "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
+                     "notes": it.notes})
+    matched = sorted({m.skill_id for m in a.matches.matches})
+    if matched:
+        nxt = (f"show_skill({matched[0]!r}); then check_skill for a FlyDSL card or run_skill on a GPU for its shapes; "
+               "then read_validation for the evidence")
+    else:
+        nxt = "no card matched; look at near_misses for what is missing (often --arch or a shape) and tell the user"
+    return ok(
+        profile={"file": Path(p.source).name, "format": p.format, "arch": p.arch,
+                 "devices": [{"name": d.name, "arch": d.arch} for d in p.devices],
+                 "total_kernel_ms": round(p.total_kernel_us / 1e3, 4), "kernel_calls": p.kernel_calls,
+                 "distinct_kernels": len(p.kernels), "linked_calls": p.linked_calls,
+                 "unattributed_ms": round(p.unattributed_us / 1e3, 4),
+                 "graph_replay": p.graph_replay.model_dump() if p.graph_replay.detected else None,
+                 "warnings": p.warnings[:5]},
+        hot_kernels=kernels,
+        matches=[_match(m, False) for m in a.matches.matches],
+        near_misses=[_match(m, True) for m in a.matches.near_misses],
+        unmatched_hot=a.matches.unmatched_hot[:5],
+        plan=plan,
+        plan_warnings=a.plan.warnings,
+        caution="card_expected_speedup is the card's prior, not a measurement; only validation artifacts hold measured speedups",
+        next=nxt,
+    )
+
+
+# --------------------------------------------------------------------------- assembly
+_DESCRIPTIONS = {
+    "list_skills": "List the skill cards of the knowledge base (id, gens, from→to backend, recipes, validation status) "
+                   "and the fact ids. Optional filters: gen, to_backend.",
+    "show_skill": "Show one skill card: its front matter (match signature, recipes with predicates, references, "
+                  "tolerance, validation status) and its body. Long bodies are previewed with an outline; pass "
+                  "section=<heading> to read one section in full.",
+    "read_fact": "Read one fact card (hardware, numerics or method facts cited by skills).",
+    "analyze_profile": "Analyse a profiler trace the user provided (CPU only, nothing runs on a GPU): rank the hot "
+                       "kernels with their % of GPU time and shapes, match skill cards (every criterion with its "
+                       "reason, plus near misses) and plan a recipe per shape. The full analysis is saved under "
+                       "validation/_analysis/ and its path returned as full_result.",
+    "run_skill": "Run a card's port against its references for the given shapes and write a validation artifact "
+                 "(parity for port and baseline, interleaved timing, speedup). Needs a GPU; without one it refuses "
+                 "and suggests check_skill or backend='cpu' (CPU numerics on small shapes, no timing).",
+    "check_skill": "Compile a FlyDSL card's recipes for its target arch WITHOUT a GPU and apply the card's static "
+                   "gates (spills, scratch, occupancy, opcodes). Compile-only: proves it builds, not that it is faster.",
+    "read_validation": "Read the evidence: with no path, list the newest validation artifacts (card, recipe, shape, "
+                       "mode, verdict, speedup); with a path, read one artifact or a saved analysis.",
+}
+
+
+def tool_specs(tools: AgentTools) -> list[ToolSpec]:
+    entries = [
+        ("list_skills", S.ListSkillsArgs, tools.list_skills),
+        ("show_skill", S.ShowSkillArgs, tools.show_skill),
+        ("read_fact", S.ReadFactArgs, tools.read_fact),
+        ("analyze_profile", S.AnalyzeProfileArgs, tools.analyze_profile),
+        ("run_skill", S.RunSkillArgs, tools.run_skill),
+        ("check_skill", S.CheckSkillArgs, tools.check_skill),
+        ("read_validation", S.ReadValidationArgs, tools.read_validation),
+    ]
+    return [ToolSpec(name, _DESCRIPTIONS[name], schema, impl, tools.max_chars) for name, schema, impl in entries]
+
+
+def build_tools(index: SkillIndex | None = None, allowed_paths: Iterable[str | Path] = (), *,
+                gpu_probe: Callable[[], Optional[str]] | None = None, max_chars: int = MAX_CHARS) -> list:
+    """LangChain tools over the runner. `allowed_paths`: files/folders the user lets the tools read."""
+    from langchain_core.tools import StructuredTool
+
+    specs = tool_specs(AgentTools(index, allowed_paths, gpu_probe=gpu_probe, max_chars=max_chars))
+    out = []
+    for spec in specs:
+        def _on_bad_args(exc: Exception, _name: str = spec.name) -> str:
+            if isinstance(exc, ValidationError):
+                return dumps(validation_error_result(exc, _name))
+            return dumps({"ok": False, "error": f"bad arguments for {_name}: {exc}", "hint": "fix the arguments and call again"})
+
+        out.append(StructuredTool.from_function(
+            func=spec, name=spec.name, description=spec.description, args_schema=spec.args_schema,
+            handle_validation_error=_on_bad_args, handle_tool_error=True,
+        ))
+    return out
