@@ -1,0 +1,133 @@
+"""Reference kernels for the batched fp8 rowwise GEMM: the oracle and what users run today.
+
+- ``build_oracle``: fp32 dequant reference (problem.oracle), rounded to bf16.
+- ``build_scaled_mm_loop`` (CUDA): one ``torch._scaled_mm`` rowwise call per batch, the usual
+  way to express a batched rowwise GEMM in PyTorch (``_scaled_mm`` is 2-D only).
+- ``build_scaled_grouped_mm`` (CUDA sm_90/sm_100): ``torch._scaled_grouped_mm`` 3D x 3D, i.e. one
+  CUTLASS launch for all batches.
+- ``build_ck_rowwise_batched`` (ROCm): MSLK's ``f8f8bf16_rowwise_batched`` op (CK or FlyDSL
+  behind it), else aiter's batched a8w8 GEMM.
+"""
+from __future__ import annotations
+
+import torch
+
+from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
+
+from . import problem
+
+# Kernel names the CUDA references launch (read from torch.profiler traces on the H200; see NOTES.md).
+SCALED_MM_KERNELS = r"^(nvjet_sm90_.*|.*f8f8bf16_rowwise.*|.*cutlass.*)$"
+SCALED_GROUPED_MM_KERNELS = r"^(.*cutlass.*|.*f8f8bf16_grouped.*|.*device_kernel.*)$"
+
+
+def build_oracle(shape: dict, config: dict, device: str) -> KernelLaunch:
+    def run(inputs: dict, out: torch.Tensor) -> torch.Tensor:
+        out.copy_(problem.oracle(inputs))
+        return out
+
+    return KernelLaunch(name="oracle_fp32", run=run, describe={"backend": "torch", "precision": "fp32"})
+
+
+def _cuda_sm(device: str) -> tuple[int, int]:
+    if not torch.cuda.is_available() or not str(device).startswith("cuda"):
+        raise UnsupportedShape("this reference needs a CUDA device")
+    return torch.cuda.get_device_capability(torch.device(device))
+
+
+def build_scaled_mm_loop(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """B calls of ``torch._scaled_mm(xq[b], wq[b].t(), scale_a=(M,1), scale_b=(1,N))``."""
+    _cuda_sm(device)
+    fast_accum = bool((config or {}).get("use_fast_accum", True))
+
+    def prepare(inputs: dict) -> dict:
+        xq, wq = inputs["xq"], inputs["wq"]
+        xs, ws = inputs["x_scale"], inputs["w_scale"]
+        return {
+            "a": [xq[b] for b in range(xq.shape[0])],
+            "bt": [wq[b].t() for b in range(wq.shape[0])],  # (K, N) column-major: cuBLASLt's TN form
+            "sa": [xs[b].reshape(-1, 1).contiguous() for b in range(xs.shape[0])],
+            "sb": [ws[b].reshape(1, -1).contiguous() for b in range(ws.shape[0])],
+        }
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        for b in range(len(p["a"])):
+            torch._scaled_mm(
+                p["a"][b], p["bt"][b], scale_a=p["sa"][b], scale_b=p["sb"][b],
+                out_dtype=torch.bfloat16, use_fast_accum=fast_accum, out=out[b],
+            )
+        return out
+
+    return KernelLaunch(
+        name="torch_scaled_mm_loop",
+        run=run,
+        prepare=prepare,
+        expect_kernels=SCALED_MM_KERNELS,
+        describe={"backend": "cublas", "launches": int(shape["batch"]), "use_fast_accum": fast_accum},
+    )
+
+
+def build_scaled_grouped_mm(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """``torch._scaled_grouped_mm`` with 3-D operands and no offsets: one batched CUTLASS launch."""
+    major, minor = _cuda_sm(device)
+    if (major, minor) not in ((9, 0), (10, 0)):
+        raise UnsupportedShape(f"torch._scaled_grouped_mm needs sm_90 or sm_100, this device is sm_{major}{minor}")
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        raise UnsupportedShape("this torch build has no torch._scaled_grouped_mm")
+    n, k = int(shape["N"]), int(shape["K"])
+    if k % 16 or n % 16:
+        raise UnsupportedShape(f"torch._scaled_grouped_mm needs N and K divisible by 16, got N={n} K={k}")
+    fast_accum = bool((config or {}).get("use_fast_accum", True))
+
+    def prepare(inputs: dict) -> dict:
+        return {
+            "a": inputs["xq"],
+            "bt": inputs["wq"].transpose(-2, -1),  # (B, K, N) view, "transposed" as the op requires
+            "sa": inputs["x_scale"].contiguous(),
+            "sb": inputs["w_scale"].contiguous(),
+        }
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        return torch._scaled_grouped_mm(
+            p["a"], p["bt"], p["sa"], p["sb"], out_dtype=torch.bfloat16, use_fast_accum=fast_accum
+        )
+
+    return KernelLaunch(
+        name="torch_scaled_grouped_mm",
+        run=run,
+        prepare=prepare,
+        expect_kernels=SCALED_GROUPED_MM_KERNELS,
+        describe={"backend": "cutlass", "launches": 1, "use_fast_accum": fast_accum, "writes_out": False},
+    )
+
+
+def build_ck_rowwise_batched(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """ROCm baseline: MSLK's batched rowwise op if importable, else aiter's batched a8w8 GEMM.
+
+    Not runnable on this project's machines (no AMD GPU); kept so a card's rocm baseline resolves.
+    """
+    try:
+        import mslk  # noqa: F401  (registers torch.ops.mslk.*)
+
+        op = torch.ops.mslk.f8f8bf16_rowwise_batched
+
+        def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+            return op(p["xq"], p["wq"], p["x_scale"], p["w_scale"])
+
+        return KernelLaunch(name="mslk_f8f8bf16_rowwise_batched", run=run, describe={"backend": "ck"})
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    try:
+        import aiter
+
+        fn = aiter.batched_gemm_a8w8
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(
+            "build_ck_rowwise_batched needs mslk (torch.ops.mslk.f8f8bf16_rowwise_batched) or aiter "
+            f"(aiter.batched_gemm_a8w8) on a ROCm device; neither is importable here ({exc})"
+        ) from None
+
+    def run_aiter(p: dict, out: torch.Tensor) -> torch.Tensor:
+        return fn(p["xq"], p["wq"], p["x_scale"].unsqueeze(-1), p["w_scale"].unsqueeze(-2), out)
+
+    return KernelLaunch(name="aiter_batched_gemm_a8w8", run=run_aiter, describe={"backend": "ck"})

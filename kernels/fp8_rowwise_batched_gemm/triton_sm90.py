@@ -1,0 +1,222 @@
+"""Triton port (sm_90) of the batched fp8 rowwise GEMM: all batches in one launch.
+
+One program computes one (BLOCK_M x BLOCK_N) output tile of one batch; the batch is the grid's
+second axis, so B batches cost one launch instead of B (the per-batch `torch._scaled_mm` loop pays
+B launches and B cuBLAS heuristic lookups). The fp32 accumulator is scaled once in the epilogue
+by the per-row activation scale and the per-column weight scale, then rounded to bf16.
+
+Weights are (B, N, K) with K contiguous: that is already the K-major operand layout Hopper's fp8
+wgmma needs, so ``prepare_weights`` is an explicit, optional caller step (contiguity, or the
+(B, K, N) layout kept for ablation). Nothing is cached behind the caller's back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from skillrun_kernels.protocol import KernelLaunch
+
+KERNEL_NAME = "_fp8_rowwise_bmm_kernel"
+EXPECT_KERNELS = rf"^{KERNEL_NAME}$"
+
+
+@triton.jit
+def _fp8_rowwise_bmm_kernel(
+    x_ptr, w_ptr, xs_ptr, ws_ptr, out_ptr,
+    M, N, K,
+    stride_xb, stride_xm, stride_xk,
+    stride_wb, stride_wn, stride_wk,
+    stride_ob, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bid = tl.program_id(1).to(tl.int64)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    # Grouped raster: GROUP_M row tiles share each weight tile while it is hot in L2.
+    per_group = GROUP_M * tiles_n
+    group = pid // per_group
+    first_m = group * GROUP_M
+    rows_in_group = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Wrapped row/column indices keep every load in bounds without masks; the store is masked.
+    rows = offs_m % M
+    cols = offs_n % N
+    x_ptrs = x_ptr + bid * stride_xb + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + bid * stride_wb + cols[None, :] * stride_wn + offs_k[:, None] * stride_wk
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(x_ptrs)
+            w = tl.load(w_ptrs)
+        else:
+            k_left = K - kt * BLOCK_K
+            a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, w, acc)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    xs = tl.load(xs_ptr + bid * M + rows)
+    ws = tl.load(ws_ptr + bid * N + cols)
+    res = acc * xs[:, None] * ws[None, :]
+    o_ptrs = out_ptr + bid * stride_ob + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(o_ptrs, res.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@dataclass(frozen=True)
+class PreparedWeights:
+    """Weights after the caller's explicit preparation step. ``layout`` is "nk" (B, N, K) or "kn" (B, K, N)."""
+
+    data: torch.Tensor
+    layout: str = "nk"
+
+    def strides(self) -> tuple[int, int, int]:
+        """(batch, n, k) element strides of the underlying tensor."""
+        s = self.data.stride()
+        return (s[0], s[1], s[2]) if self.layout == "nk" else (s[0], s[2], s[1])
+
+    @property
+    def n(self) -> int:
+        return self.data.shape[1] if self.layout == "nk" else self.data.shape[2]
+
+    @property
+    def k(self) -> int:
+        return self.data.shape[2] if self.layout == "nk" else self.data.shape[1]
+
+
+def prepare_weights(wq: torch.Tensor, layout: str = "nk") -> PreparedWeights:
+    """Explicit weight preparation, done once by the caller (never cached here).
+
+    "nk": a contiguous (B, N, K) copy (K-major, what sm_90 fp8 wgmma consumes directly);
+    "kn": a (B, K, N) transposed copy, kept only to measure what the other layout costs.
+    """
+    if wq.dim() != 3:
+        raise ValueError(f"wq must be (B, N, K), got shape {tuple(wq.shape)}")
+    if wq.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"wq must be float8_e4m3fn, got {wq.dtype}")
+    if layout == "nk":
+        return PreparedWeights(wq.contiguous(), "nk")
+    if layout == "kn":
+        return PreparedWeights(wq.transpose(1, 2).contiguous(), "kn")
+    raise ValueError(f"layout must be 'nk' or 'kn', got {layout!r}")
+
+
+# Configs measured on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep); keyed by
+# (N, K) and the largest M the entry covers. Filled from the sweep in kernels/.../NOTES.md.
+TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {}
+
+DEFAULT_SMALL_M = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
+DEFAULT_MID_M = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+DEFAULT_LARGE_M = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+
+
+def pick_config(batch: int, m: int, n: int, k: int) -> tuple[dict, bool]:
+    """The config for a shape and whether it was tuned (a measured entry) or a fallback."""
+    for max_m, cfg in TUNED.get((n, k), []):
+        if m <= max_m:
+            return dict(cfg), True
+    if m <= 32:
+        return dict(DEFAULT_SMALL_M), False
+    if m <= 256:
+        return dict(DEFAULT_MID_M), False
+    return dict(DEFAULT_LARGE_M), False
+
+
+_LAUNCH_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+
+
+def fp8_rowwise_batched_gemm(
+    xq: torch.Tensor,
+    w: PreparedWeights | torch.Tensor,
+    x_scale: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """out[b] = (xq[b] @ wq[b].T) * x_scale[b][:, None] * w_scale[b][None, :], bf16, one launch.
+
+    ``w`` is the result of :func:`prepare_weights`, or a raw (B, N, K) tensor used as is.
+    """
+    if bias is not None:
+        raise NotImplementedError(
+            "fp8_rowwise_batched_gemm: bias is not supported by the Triton sm_90 port; "
+            "add it to the bf16 output yourself"
+        )
+    pw = w if isinstance(w, PreparedWeights) else PreparedWeights(w, "nk")
+    if xq.dim() != 3 or pw.data.dim() != 3:
+        raise ValueError(f"xq must be (B, M, K) and wq (B, N, K); got {tuple(xq.shape)} and {tuple(pw.data.shape)}")
+    bsz, m, k = xq.shape
+    n = pw.n
+    if pw.data.shape[0] != bsz or pw.k != k:
+        raise ValueError(f"batch/K mismatch: xq {tuple(xq.shape)} vs weights {tuple(pw.data.shape)} ({pw.layout})")
+    if xq.dtype != torch.float8_e4m3fn or pw.data.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"operands must be float8_e4m3fn, got {xq.dtype} and {pw.data.dtype}")
+    if tuple(x_scale.shape) != (bsz, m) or tuple(w_scale.shape) != (bsz, n):
+        raise ValueError(
+            f"x_scale must be (B, M)=({bsz}, {m}) and w_scale (B, N)=({bsz}, {n}); "
+            f"got {tuple(x_scale.shape)} and {tuple(w_scale.shape)}"
+        )
+    if x_scale.dtype != torch.float32 or w_scale.dtype != torch.float32:
+        raise TypeError("x_scale and w_scale must be float32")
+    x_scale = x_scale.contiguous()
+    w_scale = w_scale.contiguous()
+    if out is None:
+        out = torch.empty(bsz, m, n, dtype=torch.bfloat16, device=xq.device)
+    cfg = dict(config) if config else pick_config(bsz, m, n, k)[0]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), bsz)
+    swb, swn, swk = pw.strides()
+    _fp8_rowwise_bmm_kernel[grid](
+        xq, pw.data, x_scale, w_scale, out,
+        m, n, k,
+        xq.stride(0), xq.stride(1), xq.stride(2),
+        swb, swn, swk,
+        out.stride(0), out.stride(1), out.stride(2),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.get("GROUP_M", 8),
+        EVEN_K=(k % bk == 0),
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3),
+    )
+    return out
+
+
+def build(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Builder (kernels/protocol.py): explicit weight preparation in ``prepare``, one launch in ``run``."""
+    b, m, n, k = (int(shape[key]) for key in ("batch", "M", "N", "K"))
+    cfg = dict(config or {})
+    layout = cfg.pop("w_layout", "nk")
+    tuned = True
+    if not all(key in cfg for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
+        base, tuned = pick_config(b, m, n, k)
+        cfg = {**base, **cfg}
+
+    def prepare(inputs: dict) -> dict:
+        return {
+            "xq": inputs["xq"],
+            "w": prepare_weights(inputs["wq"], layout),
+            "x_scale": inputs["x_scale"],
+            "w_scale": inputs["w_scale"],
+        }
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        return fp8_rowwise_batched_gemm(p["xq"], p["w"], p["x_scale"], p["w_scale"], out=out, config=cfg)
+
+    return KernelLaunch(
+        name="triton_sm90_fp8_rowwise_batched",
+        run=run,
+        prepare=prepare,
+        expect_kernels=EXPECT_KERNELS,
+        describe={"backend": "triton", "config": {**cfg, "w_layout": layout}, "tuned": tuned},
+    )

@@ -1,0 +1,58 @@
+"""Fixes for two bf16 gaps in Triton 3.6's CPU interpreter, applied only inside interpreter runs.
+
+The interpreter stores bf16 as raw uint16 bits, and (1) ``tl.dot`` on bf16 operands multiplies
+those bit patterns as integers, (2) fp32 -> bf16 casts truncate instead of rounding to nearest
+even (the GPU rounds). Both would make a correct kernel look wrong on the CPU. We convert bf16
+dot operands to fp32 (bf16 products are exact in fp32, as on the tensor cores) and round casts
+with torch. Kernel code stays exactly as it runs on the GPU.
+Import after setting TRITON_INTERPRET=1 and before launching any kernel.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime import interpreter as _interp
+
+_orig_dot = _interp.InterpreterBuilder.create_dot
+_orig_cast = _interp.InterpreterBuilder.cast_impl
+_orig_fp_to_fp = _interp.InterpreterBuilder.create_fp_to_fp
+
+
+def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def _dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    def up(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return _interp.TensorHandle(_bf16_bits_to_f32(h.data), tl.float32)
+        return h
+
+    return _orig_dot(self, up(a), up(b), d, input_precision, max_num_imprecise_acc)
+
+
+def _cast(self, src, dst_type):
+    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+        return _interp.TensorHandle(_f32_to_bf16_bits(src.data), tl.bfloat16)
+    if src.dtype.scalar.is_int() and dst_type.scalar == tl.bfloat16:
+        return _interp.TensorHandle(_f32_to_bf16_bits(src.data.astype(np.float32)), tl.bfloat16)
+    return _orig_cast(self, src, dst_type)
+
+
+def _fp_to_fp(self, src, dst_type, rounding_mode):
+    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+        return _interp.TensorHandle(_f32_to_bf16_bits(src.data), tl.bfloat16)
+    return _orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
+
+_interp.InterpreterBuilder.create_dot = _dot
+_interp.InterpreterBuilder.cast_impl = _cast
+_interp.InterpreterBuilder.create_si_to_fp = lambda self, src, dst_type: _cast(self, src, dst_type)
+_interp.InterpreterBuilder.create_fp_trunc = lambda self, src, dst_type: _cast(self, src, dst_type)
+_interp.InterpreterBuilder.create_fp_to_fp = _fp_to_fp
