@@ -1,2 +1,7 @@
 """Commands whose implementation lives outside the core pipeline (workload profiling, agent, MCP)."""
 from __future__ import annotations
+
+from skillrun.cli import app as _app
+from skillrun.profile_cli import register as _register_profile
+
+_register_profile(_app)

@@ -191,7 +191,7 @@ def _failed(cmd: list[str], rc: int, trace: str | None, status: dict) -> Workloa
     else:
         reason += "; no trace was written (the profiling hook did not run)"
     if status.get("unavailable") or status.get("error"):
-        reason += f" [profiling hook: {status.get('unavailable') or status.get('error')}]"
+        reason += f" (profiling hook: {status.get('unavailable') or status.get('error')})"
     return WorkloadFailed(reason=reason, exit_code=EXIT_FAILURE, returncode=rc, trace=trace)
 
 
