@@ -39,8 +39,8 @@ def error_result(exc: BaseException, tool: str) -> dict[str, Any]:
         reason = f"{where}{exc.reason}"
         return {"ok": False, "error": reason, "hint": exc.hint or _default_hint(tool)}
     if isinstance(exc, (ImportError, ModuleNotFoundError)):
-        missing = getattr(exc, "name", None) or str(exc)
-        return {"ok": False, "error": f"{tool} needs a module that is not available here: {missing}",
+        missing = getattr(exc, "name", None) or "?"
+        return {"ok": False, "error": f"{tool} needs a module that is not available here: {missing} ({exc})",
                 "hint": "this part of the runner is not installed on this machine; try another tool or tell the user"}
     # Anything else is a bug in the runner, not the model's fault: say so plainly, keep the loop alive.
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
