@@ -279,3 +279,36 @@ def _run_nsys(exe: str, cmd: list[str], out: Path, env: dict[str, str], stdout: 
             subprocess.run([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", f"{base}.sqlite", str(rep)],
                            env=env, stdout=subprocess.DEVNULL, check=False)
         return _collect(folder, "*.sqlite", "nsys", cmd, rc, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m skillrun.profile_run [--out F] [--steps a:b] [--region] [--tool T] -- CMD…`
+
+    The same run as `skill-run profile --no-analyze`, with the standard library only, for machines
+    where the CLI's dependencies (pydantic, jsonschema, ijson) are not installed, such as a bare
+    GPU image; analyse the trace elsewhere with `skill-run --profile F`.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m skillrun.profile_run", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--out", "-o", type=Path, default=None)
+    ap.add_argument("--steps", default=None)
+    ap.add_argument("--region", action="store_true")
+    ap.add_argument("--tool", choices=TOOLS, default="torch")
+    ap.add_argument("--activities", default="auto")
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        trace = profile_workload(cmd, args.out or Path(DEFAULT_OUT[args.tool]), steps=args.steps, region=args.region,
+                                 tool=args.tool, activities=args.activities)
+    except SkillRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"wrote {trace}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
