@@ -236,7 +236,8 @@ class AgentTools:
         path = self.guard.resolve(a.path, "path")
         if path.is_dir():
             return self._list_artifacts(path, a.skill_id, a.limit)
-        if path.suffix == ".json":
+        # Only analyses this tool set saved are read as JSON: read_validation is not a general file reader.
+        if path.suffix == ".json" and path.parent.name == "_analysis":
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError) as exc:
@@ -244,7 +245,7 @@ class AgentTools:
             return ok(path=self._rel(path), kind="saved analysis (not a validation artifact)", data=data,
                       full_result=self._rel(path))
         if path.suffix not in (".yaml", ".yml"):
-            raise UsageError(f"{path.name} is not a validation artifact (.yaml) or saved analysis (.json)", field="path")
+            raise UsageError(f"{path.name} is not a validation artifact (.yaml) or a saved analysis (validation/_analysis/*.json)", field="path")
         from skillrun.validation import load_artifact
 
         record = load_artifact(path)
