@@ -133,7 +133,7 @@ def test_run_skill_cpu_backend_is_not_refused(kb, user_dir, monkeypatch):
     tools = {t.name: t for t in build_tools(SkillIndex.load(kb), allowed_paths=[user_dir], gpu_probe=lambda: None)}
     res = _call(tools, "run_skill", skill_id="toy_blockscale", shapes=["64,128,256"], backend="cpu", seeds=2, write=False)
     assert res["ok"] is True and res["results"][0]["verdict"] == "cpu_numerics_passed"
-    assert "samples" not in res["results"][0], "bulky per-sample data stays in the artifact"
+    assert res["results"][0]["samples"] == "5000 values (in the artifact)", "bulky per-sample data stays in the artifact"
     assert res["artifacts"] == ["validation/toy/a.yaml"]
     assert seen == {"skill_id": "toy_blockscale", "shapes": [{"M": 64, "N": 128, "K": 256}], "backend": "cpu", "seeds": 2, "write": False}
 

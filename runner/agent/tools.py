@@ -62,9 +62,7 @@ class ToolSpec:
             return validation_error_result(exc, self.name)
         try:
             result = self.impl(args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the agent loop must survive anything a tool does
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the agent loop must survive anything a tool does
             result = error_result(exc, self.name)
         return fit(result, self.max_chars, pointer=result.get("full_result"))
 
@@ -270,11 +268,15 @@ class AgentTools:
                   hint="read one with read_validation(path=...)" if rows else "no validation artifacts yet")
 
 
-def _result_row(r: dict[str, Any]) -> dict[str, Any]:
-    keep = ("skill_id", "recipe", "shape", "mode", "backend", "verdict", "reason", "speedup", "parity", "device",
-            "projected_e2e_gain_pct", "artifact", "error")
-    row = {k: r[k] for k in keep if k in r}
-    return row or r
+def _result_row(r: Any) -> Any:
+    """A run result as the model should see it: every field kept, long number series replaced by their count."""
+    if isinstance(r, dict):
+        return {k: _result_row(v) for k, v in r.items()}
+    if isinstance(r, list):
+        if len(r) > 16 and all(isinstance(v, (int, float)) for v in r):
+            return f"{len(r)} values (in the artifact)"
+        return [_result_row(v) for v in r]
+    return r
 
 
 def _artifact_row(rec: dict[str, Any], path: str) -> dict[str, Any]:
