@@ -205,3 +205,33 @@ def test_read_validation_lists_newest_and_reads_one(kb, tools):
     assert _call(tools, "read_validation", limit=1)["shown"] == 1
     res = _call(tools, "read_validation", skill_id="ghost")
     assert res["ok"] is False and "unknown skill 'ghost'" in res["error"]
+
+
+CK = "void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemmMultiD_ABScale_xdl_cshuffle_v3<ck::f8_t, ck::f8_t>>(...)"
+
+
+def test_analyze_profile_summarizes_real_match_and_plan(kb, user_dir, monkeypatch):
+    """Ingestion is stubbed with a hand-made Profile; matching and planning are the real ones."""
+    from skillrun.models import KernelStat, OpCall, Profile
+
+    ops = [OpCall(op="aiter::gemm_a8w8_blockscale", shape={"M": 4096, "N": 2048, "K": 7168}, dtype="fp8_e4m3", calls=4,
+                  total_us=600.0, provenance="trace", input_dims=[[4096, 7168]] * 200)]
+    hot = KernelStat(name=CK, total_us=600.0, calls=4, pct_gpu=60.0, ops=ops, shape_provenance="trace")
+    cold = [KernelStat(name=f"elementwise_kernel_{i}", total_us=4.0, calls=1, pct_gpu=0.4) for i in range(100)]
+    prof = Profile(source=str(user_dir / "trace.json"), format="kineto_json", arch="gfx950", total_kernel_us=1000.0,
+                   kernel_calls=104, kernels=[hot, *cold])
+    monkeypatch.setattr(api, "ingest_profile", lambda path, arch=None, progress=None: prof)
+    tools = {t.name: t for t in build_tools(SkillIndex.load(kb), allowed_paths=[user_dir])}
+    res = _call(tools, "analyze_profile", path=str(user_dir / "trace.json"), top=5)
+    assert res["ok"] is True
+    assert [k["rank"] for k in res["hot_kernels"]] == [1, 2, 3, 4, 5] and res["hot_kernels"][0]["pct_gpu"] == 60.0
+    assert res["matches"][0]["skill_id"] == "toy_blockscale"
+    assert any(c.startswith("PASS min_pct_gpu") for c in res["matches"][0]["criteria"])
+    item = res["plan"][0]
+    assert item["recipe"] == "narrow_n" and item["shape"] == {"M": 4096, "N": 2048, "K": 7168} and item["untuned"] is False
+    assert "prior, not a measurement" in res["caution"] and "show_skill('toy_blockscale')" in res["next"]
+    # The full analysis (all 101 kernels, every op) went to validation/_analysis, not into the reply.
+    saved = kb / res["full_result"]
+    assert saved.parent == kb / "validation" / "_analysis"
+    full = json.loads(saved.read_text())
+    assert len(full["profile"]["kernels"]) == 101 and len(full["profile"]["kernels"][0]["ops"][0]["input_dims"]) == 200
