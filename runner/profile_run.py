@@ -120,9 +120,13 @@ def _run_torch(cmd: list[str], out: Path, window, region: bool, activities: str,
             "SKILLRUN_PROFILE_ACTIVITIES": activities,
         })
         before = _stamp(out)
-        rc = _run_child(cmd, env, stdout)
+        child = _run_child(cmd, env, stdout)
         status = _read_status(status_path)
+    rc = child.rc
     written = status.get("trace") is not None and _stamp(out) != before and out.exists()
+    if child.interrupted and written:
+        # Ctrl-C is how one ends a server or a long loop: the trace of what ran is the result.
+        return out
     if rc != 0:
         raise _failed(cmd, rc, str(out) if written else None, status)
     if written:
@@ -152,25 +156,41 @@ def _read_status(path: Path) -> dict:
         return {}
 
 
-def _run_child(cmd: list[str], env: dict[str, str], stdout: ChildStream) -> int:
-    """Wait for the workload; a first Ctrl-C reaches it too (same process group) and it writes its
-    trace on the way out, so we keep waiting instead of killing it as subprocess.run would."""
+@dataclass
+class _ChildResult:
+    rc: int
+    interrupted: bool  # the user pressed Ctrl-C while it ran (it got the SIGINT too)
+
+
+def _run_child(cmd: list[str], env: dict[str, str], stdout: ChildStream) -> _ChildResult:
+    """Wait for the workload. A first Ctrl-C reaches it too (same process group) and it writes its
+    trace on the way out, so we keep waiting instead of killing it as subprocess.run would; a
+    second one kills it. SIGTERM sent to us is passed on, so the child is never orphaned."""
+    import threading
+
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except FileNotFoundError:
         raise UsageError(f"command not found: {cmd[0]}", field="COMMAND") from None
     except PermissionError:
         raise UsageError(f"command is not executable: {cmd[0]}", field="COMMAND") from None
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
     interrupts = 0
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            interrupts += 1
-            if interrupts >= 2:
-                proc.kill()
-                proc.wait()
-                raise
+    try:
+        while True:
+            try:
+                return _ChildResult(proc.wait(), interrupts > 0)
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts >= 2:
+                    proc.kill()
+                    proc.wait()
+                    raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _describe_rc(rc: int) -> str:
@@ -263,7 +283,7 @@ def _run_rocprofv3(exe: str, cmd: list[str], out: Path, env: dict[str, str], std
     else:
         fmt, pattern = "csv", "*kernel_trace.csv"
     with tempfile.TemporaryDirectory(prefix="skillrun-rocprofv3-") as tmp:
-        rc = _run_child([exe, "--kernel-trace", "--output-format", fmt, "-d", tmp, "--", *cmd], env, stdout)
+        rc = _run_child([exe, "--kernel-trace", "--output-format", fmt, "-d", tmp, "--", *cmd], env, stdout).rc
         return _collect(Path(tmp), pattern, "rocprofv3", cmd, rc, out)
 
 
@@ -272,7 +292,7 @@ def _run_nsys(exe: str, cmd: list[str], out: Path, env: dict[str, str], stdout: 
         folder = Path(tmp)
         base = folder / "report"
         rc = _run_child([exe, "profile", "--trace", "cuda,nvtx", "--export", "sqlite", "--force-overwrite", "true",
-                         "-o", str(base), "--", *cmd], env, stdout)
+                         "-o", str(base), "--", *cmd], env, stdout).rc
         rep = next(folder.glob("*.nsys-rep"), None)
         if not any(folder.glob("*.sqlite")) and rep is not None:
             # Some nsys versions skip the export when asked during `profile`; do it explicitly.

@@ -291,3 +291,55 @@ def test_interpreter_without_torch_gets_markers_and_exit_5(tmp_path: Path, capfd
     assert "torch is not importable" in _text(res)
     # The hook loaded its copy of skillrun.profiling, so the script's import worked (and did nothing).
     assert "markers-ok False" in capfd.readouterr().out
+
+
+LOOP_FOREVER = """\
+import sys, time
+import torch
+from skillrun import profiling
+
+ready = sys.argv[1]
+i = 0
+while True:
+    torch.mm(torch.randn(8, 16), torch.randn(16, 24))
+    profiling.step()
+    if i == 2:
+        open(ready, "w").close()
+    i += 1
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_stopping_a_long_run_still_writes_the_trace(tmp_path: Path, how: str):
+    """A server or endless loop is ended with SIGTERM or Ctrl-C; the trace of what ran must survive."""
+    import signal
+    import subprocess
+    import time
+
+    script, ready, out = tmp_path / "loop.py", tmp_path / "ready", tmp_path / "loop.json"
+    script.write_text(LOOP_FOREVER)
+    parent = subprocess.Popen([sys.executable, "-m", "skillrun.profile_run", "--out", str(out), "--activities", "cpu", "--",
+                               sys.executable, str(script), str(ready)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert parent.poll() is None, parent.communicate()
+            assert time.monotonic() < deadline, "workload never got going"
+            time.sleep(0.05)
+        if how == "sigterm":
+            parent.send_signal(signal.SIGTERM)  # to skill-run only: it must pass it on
+        else:
+            os.killpg(parent.pid, signal.SIGINT)  # what a terminal does: the whole group
+        stdout, stderr = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    if how == "sigterm":
+        assert parent.returncode == EXIT_FAILURE, stderr
+        assert "exited with code 143" in stderr and "partial trace" in stderr
+    else:
+        assert parent.returncode == 0, stderr
+        assert f"wrote {out}" in stdout
+    assert len(_mm_rows(_complete_events(_load(out)))) >= 3

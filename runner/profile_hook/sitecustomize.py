@@ -275,6 +275,20 @@ class _Controller:
             _warn(f"could not write the status file: {exc}")
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM's default action kills the process before atexit runs, losing the trace of a server
+    stopped that way; turn it into SystemExit(143) instead, only while nobody else handles it."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def _raise(signum, frame):
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, _raise)
+
+
 def _main() -> None:
     cfg = _claim_config()
     if cfg is None:
@@ -300,6 +314,7 @@ def _main() -> None:
     sys.modules[_CONTROLLER_KEY] = ctl
     ctl.write_status()  # early: tells the parent the hook ran even if the process is killed later
     atexit.register(ctl.finish)
+    _exit_cleanly_on_sigterm()
     acts = ",".join(str(a).split(".")[-1].lower() for a in ctl.activities)
     what = f"steps {cfg.get('steps')}" if ctl.window else ("regions only" if ctl.region_mode else "whole run")
     _warn(f"torch.profiler on ({acts}; {what}) -> {ctl.out}")
