@@ -17,6 +17,10 @@ import typer
 from skillrun.errors import EXIT_NO_MATCH
 
 
+HELP = ("Run a workload under a profiler without editing it, then rank and match its hot kernels "
+        "(like `skill-run --profile`).\n\n" + "\n".join(line.strip() for line in __doc__.splitlines()[2:]))
+
+
 class Tool(str, Enum):
     torch = "torch"
     rocprofv3 = "rocprofv3"
@@ -31,7 +35,7 @@ def register(app: typer.Typer) -> None:
 
     # Options end at the first word of the command, so `skill-run profile python x.py --steps 3`
     # hands `--steps 3` to x.py; `--` works as well.
-    @app.command("profile", context_settings={"allow_interspersed_args": False}, help=__doc__)
+    @app.command("profile", context_settings={"allow_interspersed_args": False}, help=HELP)
     @cli.guarded
     def profile_cmd(
         command: List[str] = typer.Argument(..., metavar="-- COMMAND...", help="The workload to run, e.g. python bench.py."),
