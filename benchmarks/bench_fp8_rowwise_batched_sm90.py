@@ -1,0 +1,261 @@
+"""Batched fp8 rowwise GEMM on sm_90: Triton port vs per-batch torch._scaled_mm loop vs
+torch._scaled_grouped_mm, side by side (time, TFLOP/s, speedup, parity vs the fp32 oracle).
+
+    python benchmarks/bench_fp8_rowwise_batched_sm90.py                 # table with the tuned configs
+    python benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --out r.json   # sweep configs, then table
+
+Timing: benchmarks/sm90_timing.py (same-process interleaved CUDA events, L2 flush before each
+call, medians; eager and CUDA-graph views). Speedup = baseline time / port time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sm90_timing as tm  # noqa: E402
+
+from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references, triton_sm90 as port  # noqa: E402
+
+
+DEV = "cuda"
+
+
+def _c(bm, bn, bk, gm, w, s, **extra):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "num_warps": w, "num_stages": s, **extra}
+
+
+# Candidates per M class. Small M is weight-bandwidth-bound: narrow N tiles and deep K tiles give
+# more programs and more bytes in flight; large M is tensor-core-bound: 128-wide wgmma tiles.
+CANDIDATES = {
+    "small": [_c(16, 64, 256, 1, 4, 4), _c(16, 128, 256, 1, 4, 3), _c(16, 32, 512, 1, 4, 3), _c(16, 64, 512, 1, 4, 3),
+              _c(32, 64, 256, 1, 4, 4), _c(64, 64, 256, 1, 4, 3), _c(64, 128, 128, 1, 4, 4),
+              _c(16, 64, 256, 1, 4, 4, w_layout="kn")],
+    "mid": [_c(64, 128, 128, 8, 4, 4), _c(64, 64, 256, 8, 4, 4), _c(128, 128, 128, 8, 8, 4), _c(64, 128, 256, 8, 4, 3),
+            _c(128, 64, 128, 8, 4, 4), _c(32, 64, 256, 8, 4, 4), _c(16, 64, 256, 1, 4, 4),
+            _c(64, 128, 128, 8, 4, 4, w_layout="kn")],
+    "large": [_c(128, 128, 128, 8, 8, 4), _c(128, 256, 128, 8, 8, 3), _c(128, 128, 128, 8, 4, 4), _c(64, 256, 128, 8, 4, 4),
+              _c(256, 128, 128, 8, 8, 3), _c(128, 128, 128, 1, 8, 4), _c(64, 128, 128, 8, 4, 4),
+              _c(128, 128, 128, 8, 8, 4, w_layout="kn")],
+}
+
+
+def m_class(m: int) -> str:
+    return "small" if m <= 32 else "mid" if m <= 256 else "large"
+
+
+def cfg_key(cfg: dict) -> str:
+    lay = cfg.get("w_layout", "nk")
+    return f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}_g{cfg['GROUP_M']}_w{cfg['num_warps']}_s{cfg['num_stages']}_{lay}"
+
+
+def _compile_task(task: tuple[dict, int, int, int]) -> str:
+    """Worker (spawned process): compile one config by running it once on a small batch.
+
+    Triton keys its cache on constexprs and on integer/pointer specialization (==1, %16), not on
+    the sizes, so a 2-batch problem with the real N, K and M=1 or M=16 fills the on-disk cache for
+    the real shapes of the same class.
+    """
+    cfg, m, n, k = task
+    try:
+        shape = {"batch": 2, "M": m, "N": n, "K": k}
+        inp = problem.make_inputs(shape, 0, DEV)
+        launch = port.build(shape, cfg, DEV)
+        launch.run(launch.prepare(inp), problem.output_like(shape, DEV))
+        tm.sync()
+        return "ok"
+    except Exception as exc:  # a config that cannot compile is reported, not fatal
+        return f"{cfg_key(cfg)}: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def precompile(shapes: list[dict], jobs: int) -> list[str]:
+    tasks = []
+    for shape in shapes:
+        m = 1 if shape["M"] == 1 else 16
+        for cfg in CANDIDATES[m_class(shape["M"])]:
+            t = (cfg, m, shape["N"], shape["K"])
+            if t not in tasks:
+                tasks.append(t)
+    if jobs <= 1:
+        return [r for r in map(_compile_task, tasks) if r != "ok"]
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        return [r for r in pool.map(_compile_task, tasks, chunksize=1) if r != "ok"]
+
+
+def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
+    inp = problem.make_inputs(shape, 0, DEV)
+    ref = problem.oracle(inp)
+    fns, rows = {}, {}
+    for cfg in CANDIDATES[m_class(shape["M"])]:
+        key = cfg_key(cfg)
+        try:
+            launch = port.build(shape, cfg, DEV)
+            prepared = launch.prepare(inp)
+            out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+            launch.run(prepared, out)
+            par = tm.parity(out, ref)
+            rows[key] = {"config": cfg, "parity": par}
+            if par["finite"] and par["rel_fro"] < 2e-2:
+                graph = tm.capture_graph(lambda l=launch, p=prepared, o=out: l.run(p, o))
+                fns[key] = graph.replay
+            else:
+                rows[key]["rejected"] = "parity"
+        except Exception as exc:
+            rows[key] = {"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    times = tm.time_interleaved(fns, reps=reps, warmup=1, flush=flush)
+    for key, ts in times.items():
+        rows[key]["graph_ms"] = tm.median(ts)
+        rows[key]["spread_pct"] = tm.spread_pct(ts)
+    best = min(times, key=lambda k: tm.median(times[k])) if times else None
+    return {"shape": shape, "candidates": rows, "best": best, "best_config": rows[best]["config"] if best else None}
+
+
+def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int) -> dict:
+    inp = problem.make_inputs(shape, 1, DEV)  # a different seed from the sweep's
+    ref = problem.oracle(inp)
+    impls = {"port": (port.build, cfg or {}), "scaled_mm_loop": (references.build_scaled_mm_loop, {}),
+             "scaled_grouped_mm": (references.build_scaled_grouped_mm, {})}
+    res: dict = {"shape": shape, "impls": {}}
+    eager, graph = {}, {}
+    for name, (builder, c) in impls.items():
+        row: dict = {}
+        res["impls"][name] = row
+        try:
+            launch = builder(shape, c, DEV)
+            prepared = launch.prepare(inp)
+            out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+            got = launch.run(prepared, out)
+            tm.sync()
+            row["parity"] = tm.parity(got, ref)
+            row["describe"] = {k: v for k, v in launch.describe.items() if k != "config"}
+            if name == "port":
+                row["config"] = launch.describe.get("config")
+            fn = (lambda l=launch, p=prepared, o=out: l.run(p, o))
+            eager[name] = fn
+            try:
+                graph[name] = tm.capture_graph(fn).replay
+            except Exception as exc:
+                row["graph_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            row["kernels"] = tm.kernel_names(fn)
+            if launch.expect_kernels:
+                import re
+
+                row["expect_kernels"] = launch.expect_kernels
+                row["unexpected_kernels"] = [k for k in row["kernels"] if not re.search(launch.expect_kernels, k)]
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if "port" in graph:
+        graph["port_again"] = graph["port"]  # A/A: the noise floor of this shape
+    for mode, fns in (("eager_ms", eager), ("graph_ms", graph)):
+        times = tm.time_interleaved(fns, reps=reps, warmup=2, flush=flush)
+        for name, ts in times.items():
+            tgt = res["impls"].setdefault(name, {})
+            tgt[mode] = tm.median(ts)
+            tgt[mode.replace("_ms", "_spread_pct")] = tm.spread_pct(ts)
+    fl = problem.flops(shape)
+    for name, row in res["impls"].items():
+        for mode in ("eager_ms", "graph_ms"):
+            if row.get(mode):
+                row[mode.replace("_ms", "_tflops")] = fl / (row[mode] * 1e-3) / 1e12
+                row[mode.replace("_ms", "_tbps")] = problem.min_bytes(shape) / (row[mode] * 1e-3) / 1e12
+    p = res["impls"].get("port", {})
+    for base in ("scaled_mm_loop", "scaled_grouped_mm"):
+        b = res["impls"].get(base, {})
+        for mode in ("eager_ms", "graph_ms"):
+            if p.get(mode) and b.get(mode):
+                res.setdefault("speedup", {})[f"{base}_{mode[:-3]}"] = b[mode] / p[mode]
+    return res
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\nB=16 fp8 rowwise batched GEMM on", "cpu" if DEV == "cpu" else torch.cuda.get_device_name(), "| times in us (median), TF = 2BMNK/t")
+    hdr = f"{'M':>5} {'N':>5} {'K':>5} | {'port g':>8} {'eager':>8} {'TF':>6} {'TB/s':>5} | {'loop g':>8} {'eager':>8} | {'grp g':>8} {'eager':>8} | {'x loop g':>8} {'x loop e':>8} {'x grp g':>7} | {'A/A':>5} | port err  loop err  grp err"
+    print(hdr)
+    for r in rows:
+        s, im, sp = r["shape"], r["impls"], r.get("speedup", {})
+        p, lp, gp = im.get("port", {}), im.get("scaled_mm_loop", {}), im.get("scaled_grouped_mm", {})
+        aa = im.get("port_again", {}).get("graph_ms")
+        aa_txt = f"{aa / p['graph_ms']:.3f}" if aa and p.get("graph_ms") else "-"
+        err = lambda d: f"{d['parity']['rel_fro']:.1e}" if "parity" in d else "n/a"
+        print(f"{s['M']:>5} {s['N']:>5} {s['K']:>5} | {tm.fmt_us(p.get('graph_ms')):>8} {tm.fmt_us(p.get('eager_ms')):>8} "
+              f"{p.get('graph_tflops', float('nan')):>6.0f} {p.get('graph_tbps', float('nan')):>5.2f} | "
+              f"{tm.fmt_us(lp.get('graph_ms')):>8} {tm.fmt_us(lp.get('eager_ms')):>8} | "
+              f"{tm.fmt_us(gp.get('graph_ms')):>8} {tm.fmt_us(gp.get('eager_ms')):>8} | "
+              f"{sp.get('scaled_mm_loop_graph', float('nan')):>8.2f} {sp.get('scaled_mm_loop_eager', float('nan')):>8.2f} "
+              f"{sp.get('scaled_grouped_mm_graph', float('nan')):>7.2f} | {aa_txt:>5} | {err(p):>8} {err(lp):>8} {err(gp):>8}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sweep", action="store_true", help="time every candidate config per shape and use the best")
+    ap.add_argument("--out", type=Path, default=None, help="write all results as JSON")
+    ap.add_argument("--m", type=int, nargs="*", default=None, help="only these M")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--sweep-reps", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1), help="parallel compile processes")
+    ap.add_argument("--dry-run-cpu", action="store_true",
+                    help="plumbing check on the CPU with tiny shapes (run with TRITON_INTERPRET=1); numbers mean nothing")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    args = ap.parse_args(argv)
+    global DEV
+    shapes = [s for s in problem.SHAPES if args.m is None or s["M"] in args.m]
+    if args.dry_run_cpu:
+        DEV, tm.DRY_RUN_CPU, args.jobs = "cpu", True, 1
+        tm.load_interpreter_fixups()
+        shapes = [{"batch": 2, "M": m, "N": 64, "K": 512} for m in (1, 40, 600)]
+        for cands in CANDIDATES.values():
+            for c in cands:
+                c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"] = min(c["BLOCK_M"], 32), min(c["BLOCK_N"], 32), min(c["BLOCK_K"], 128)
+    elif not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 5
+    t0 = time.perf_counter()
+    result: dict = {"device": "cpu (dry run)" if args.dry_run_cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "triton": __import__("triton").__version__, "commit": os.environ.get("GIT_COMMIT", "unknown")}
+    flush = tm.L2Flush()
+    chosen: dict[str, dict] = {}
+    if args.sweep:
+        tc = time.perf_counter()
+        result["compile_failures"] = precompile(shapes, args.jobs)
+        result["precompile_s"] = time.perf_counter() - tc
+        print(f"precompiled in {result['precompile_s']:.1f}s; failures: {result['compile_failures']}", flush=True)
+        result["sweep"] = []
+        for shape in shapes:
+            if time.perf_counter() - t0 > args.budget_s:
+                print("budget reached; sweep stopped", flush=True)
+                break
+            sw = sweep_shape(shape, flush, args.sweep_reps)
+            result["sweep"].append(sw)
+            chosen[f"{shape['M']},{shape['N']},{shape['K']}"] = sw["best_config"]
+            tops = sorted(((r.get("graph_ms", 1e9), k) for k, r in sw["candidates"].items()), key=lambda x: x[0])[:3]
+            print(f"sweep M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: " +
+                  ", ".join(f"{k} {ms * 1000:.1f}us" for ms, k in tops), flush=True)
+            if args.out:
+                args.out.write_text(json.dumps(result, indent=1, default=str))
+    rows = []
+    for shape in shapes:
+        if time.perf_counter() - t0 > args.budget_s:
+            print("budget reached; table stopped", flush=True)
+            break
+        cfg = chosen.get(f"{shape['M']},{shape['N']},{shape['K']}")
+        rows.append(table_shape(shape, cfg, flush, args.reps))
+        result["table"] = rows
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1, default=str))
+    print_table(rows)
+    result["elapsed_s"] = time.perf_counter() - t0
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

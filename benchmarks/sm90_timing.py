@@ -1,0 +1,166 @@
+"""Shared timing and parity helpers for the sm_90 benchmark scripts in this folder.
+
+Protocol (facts/measurement_method.md): all candidates of one shape are timed in the same process,
+interleaved round by round (the order rotates each round), with the L2 flushed before every timed
+call and the device idle when the start event is recorded; we report medians. Two views:
+
+- ``eager``: each call as a user's Python would issue it (launch and host overhead included);
+- ``graph``: the call captured once in a CUDA graph and replayed (device time, launch gaps gone).
+
+Only torch is needed here, so the scripts run on the bare GPU image.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+_FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+
+# Set by a script's --dry-run-cpu: the same code paths run on the CPU (Triton interpreter, host
+# clock, no graphs) to check a benchmark's plumbing before spending device time. Numbers from a
+# dry run mean nothing.
+DRY_RUN_CPU = False
+
+
+def load_interpreter_fixups() -> None:
+    """For dry runs: the bf16 fixes for Triton's CPU interpreter that the CPU tests use."""
+    import os
+    import sys
+    from pathlib import Path
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("--dry-run-cpu needs TRITON_INTERPRET=1 in the environment")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import interp_fixups  # noqa: F401
+
+
+class _Replay:
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.replay = fn
+
+
+def sync() -> None:
+    if not DRY_RUN_CPU:
+        torch.cuda.synchronize()
+
+
+class L2Flush:
+    def __init__(self, device: str = "cuda") -> None:
+        self.buf = None if DRY_RUN_CPU else torch.empty(_FLUSH_BYTES, dtype=torch.int8, device=device)
+
+    def __call__(self) -> None:
+        if self.buf is not None:
+            self.buf.zero_()
+
+
+def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """Warm ``fn`` up on a side stream (as capture requires), then capture one call."""
+    if DRY_RUN_CPU:
+        fn()
+        return _Replay(fn)  # type: ignore[return-value]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    reps: int = 20,
+    warmup: int = 2,
+    flush: L2Flush | None = None,
+    budget_s: float | None = None,
+) -> dict[str, list[float]]:
+    """Milliseconds per call for every candidate, interleaved; stops early past ``budget_s``."""
+    names = list(fns)
+    if DRY_RUN_CPU:
+        out: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(min(reps, 2)):
+            for n in names:
+                t = time.perf_counter()
+                fns[n]()
+                out[n].append(1e3 * (time.perf_counter() - t))
+        return out
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {n: [] for n in names}
+    t0 = time.perf_counter()
+    for r in range(reps):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            if flush is not None:
+                flush()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            events[name].append((start, end))
+        if budget_s is not None and time.perf_counter() - t0 > budget_s and r >= 2:
+            break
+    torch.cuda.synchronize()
+    return {n: [s.elapsed_time(e) for s, e in events[n]] for n in names}
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def spread_pct(xs: list[float]) -> float:
+    """Interquartile range over the median, in percent (a noise indicator per candidate)."""
+    if len(xs) < 4:
+        return math.nan
+    q = statistics.quantiles(xs, n=4)
+    return 100.0 * (q[2] - q[0]) / statistics.median(xs)
+
+
+def parity(out: torch.Tensor, ref: torch.Tensor, rtol: float = 1e-2, atol: float = 1e-2) -> dict[str, float]:
+    """Relative Frobenius error, cosine, max abs error and the share of elements out of tolerance."""
+    o = out.float().reshape(-1)
+    r = ref.float().reshape(-1)
+    finite = bool(torch.isfinite(o).all())
+    diff = (o - r).abs()
+    bad = (diff > atol + rtol * r.abs()).float().mean().item()
+    return {
+        "rel_fro": ((o - r).norm() / r.norm().clamp_min(1e-30)).item(),
+        "cosine": torch.nn.functional.cosine_similarity(o, r, dim=0).item(),
+        "max_abs": diff.max().item(),
+        "frac_out_of_tol": bad,
+        "finite": finite,
+    }
+
+
+def kernel_names(fn: Callable[[], Any]) -> dict[str, int]:
+    """Device kernel names one call launches (torch.profiler, CUDA activity), with counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if DRY_RUN_CPU:
+        return {}
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names: dict[str, int] = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) is not None and str(ev.device_type).endswith("CUDA"):
+            names[ev.name] = names.get(ev.name, 0) + 1
+    return names
+
+
+def fmt_us(ms: float) -> str:
+    return "-" if ms is None or math.isnan(ms) else f"{ms * 1000:.1f}"
