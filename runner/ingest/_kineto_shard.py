@@ -1,0 +1,648 @@
+"""One shard of a Kineto trace's event array: the events a process reads, kept as compact tables.
+
+A shard holds only what ranking and linking need:
+
+* kernels — name, duration, correlation, own ``External id``, device, graph flag (columns);
+* launches — runtime/driver events by correlation: ``External id``, graph-launch flag, thread, ts;
+* ops — ``cpu_op`` events by ``External id``: (name, shape-signature) key, ts, dur, thread.
+
+Two readers fill it. :meth:`Shard.scan_chunk` is the fast path: it looks for the literal
+``"cat": "kernel", "name": "`` (in the file's own spelling) with ``bytes.find``, reads the few
+fields that follow by splitting a small window on quotes, and parses only the ``args`` it needs.
+Events of other categories (python_function, flows, instants … most of the file) are never
+touched. Whenever a chunk does not look exactly as expected, the chunk is re-read by
+:meth:`Shard.add_events` from a full ``orjson`` parse, so odd layouts cost time, not correctness.
+
+This module imports only the standard library and orjson: worker processes import it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+import orjson
+
+CATS_KERNEL = b"kernel"
+CATS_LAUNCH = (b"cuda_runtime", b"cuda_driver")
+CAT_OP = b"cpu_op"
+_ALL_CATS = (CATS_KERNEL,) + CATS_LAUNCH + (CAT_OP,)
+
+# Keys that, right after '{', mark the start of a trace event (used to cut the array into chunks).
+BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args|s|bp|cname|tts)"\s*:')
+_PREFIX_RE = re.compile(rb'"cat"(\s*:\s*)"(?:kernel|cuda_runtime|cuda_driver|cpu_op)"(\s*,\s*)"name"(\s*:\s*)"')
+_STRIP = b": ,\n\r\t{"
+_GRAPH_LAUNCH = b"GraphLaunch"
+_SIG_KEYS = ("Concrete Inputs", "Input type", "Input Strides", "Input Dims")
+
+
+class ChunkMismatch(Exception):
+    """The chunk does not have the layout the fast path expects."""
+
+
+def detect_prefixes(sample: bytes) -> Optional[dict[bytes, bytes]]:
+    """The exact bytes between ``"cat"`` and the start of the kernel name, per category.
+
+    Writers are consistent within a file (Kineto: ``"cat": "kernel", "name": "``; json.dump with
+    indent puts a newline and spaces before ``"name"``), so the spelling seen on the first event
+    is used for all categories. None when no event in the sample has cat followed by name.
+    """
+    m = _PREFIX_RE.search(sample)
+    if not m:
+        return None
+    a, b, c = m.group(1), m.group(2), m.group(3)
+    return {cat: b'"cat"' + a + b'"' + cat + b'"' + b + b'"name"' + c + b'"' for cat in _ALL_CATS}
+
+
+def _num(x: Any) -> Optional[float]:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x) if x == x else None
+    if isinstance(x, str):
+        try:
+            v = float(x)
+        except ValueError:
+            return None
+        return v if v == v else None
+    return None
+
+
+def _int(x: Any) -> int:
+    """Non-negative integer ids; -1 when absent or odd."""
+    if isinstance(x, bool):
+        return -1
+    if isinstance(x, int):
+        return x if x >= 0 else -1
+    if isinstance(x, float) and x.is_integer() and x >= 0:
+        return int(x)
+    if isinstance(x, str) and x.isdigit():
+        return int(x)
+    return -1
+
+
+def _tid(x: Any) -> Any:
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, str) and x.strip().lstrip("-").isdigit():
+        return int(x.strip())
+    return str(x)
+
+
+class Shard:
+    def __init__(self) -> None:
+        self.name_ids: dict[Any, int] = {}  # raw name (bytes from the fast path, str otherwise) → id
+        self.names: list[str] = []
+        self.kname: list[int] = []
+        self.kdur: list[float] = []
+        self.kcorr: list[int] = []
+        self.kext: list[int] = []
+        self.kdev: list[int] = []
+        self.kgraph: list[int] = []
+        self.kgrid: dict[int, tuple] = {}
+        self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts)
+        self.graph_launches = 0
+        self.hip = False  # hip* launch APIs seen (ROCm build of torch)
+        self.cuda = False
+        self.ops: dict[int, tuple] = {}  # ext → (opkey id, ts, dur, tid)
+        self.opkey_ids: dict[tuple, int] = {}
+        self.opkeys: list[tuple] = []  # id → (name str, sig bytes, has_dims)
+        self.fast_chunks = 0
+        self.slow_chunks = 0
+        self.events_bad = 0
+        self._nest: Optional[dict] = None
+
+    # ------------------------------------------------------------------ shared helpers
+    def _name_id(self, raw: Any) -> int:
+        nid = self.name_ids.get(raw)
+        if nid is None:
+            if isinstance(raw, bytes):
+                name = raw.decode("utf-8", "replace") if b"\\" not in raw else _unescape(raw)
+            else:
+                name = raw
+            nid = self.name_ids[raw] = len(self.names)
+            self.names.append(name)
+        return nid
+
+    def _opkey(self, name: Any, sig: bytes) -> int:
+        key = (name, sig)
+        oid = self.opkey_ids.get(key)
+        if oid is None:
+            if isinstance(name, bytes):
+                name = name.decode("utf-8", "replace") if b"\\" not in name else _unescape(name)
+            oid = self.opkey_ids[key] = len(self.opkeys)
+            self.opkeys.append((name, sig, b'"Input Dims"' in sig))
+        return oid
+
+    def _kernel(self, nid: int, dur: float, args: dict) -> None:
+        self.kname.append(nid)
+        self.kdur.append(dur)
+        self.kcorr.append(_int(args.get("correlation")))
+        self.kext.append(_int(args.get("External id")))
+        dev = _int(args.get("device"))
+        self.kdev.append(dev)
+        g = args.get("graph id")
+        self.kgraph.append(1 if (g is not None and g != 0 and g != -1) else 0)
+        if nid not in self.kgrid:
+            self.kgrid[nid] = (args.get("grid"), args.get("block"))
+
+    def _launch(self, name: Any, tid: Any, ts: float, args: dict) -> None:
+        corr = _int(args.get("correlation"))
+        if corr < 0:
+            return
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        graph = "GraphLaunch" in name
+        if name.startswith("hip"):
+            self.hip = True
+        elif name.startswith("cu"):
+            self.cuda = True
+        if graph:
+            self.graph_launches += 1
+        self.launches[corr] = (_int(args.get("External id")), graph, tid, ts)
+
+    # ------------------------------------------------------------------ slow path: parsed events
+    def add_events(self, events: Iterable[Any]) -> None:
+        """Fill the tables from already-parsed event dicts (small files and fallback chunks)."""
+        for ev in events:
+            if not isinstance(ev, dict):
+                continue
+            cat = ev.get("cat")
+            if cat not in ("kernel", "cuda_runtime", "cuda_driver", "cpu_op"):
+                continue
+            if ev.get("ph", "X") != "X":
+                continue
+            name = ev.get("name")
+            if not isinstance(name, str):
+                name = "" if name is None else str(name)
+            args = ev.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            ts = _num(ev.get("ts"))
+            dur = _num(ev.get("dur"))
+            if cat == "kernel":
+                if dur is None:
+                    self.events_bad += 1
+                    continue
+                self._kernel(self._name_id(name), dur, args)
+            elif cat == "cpu_op":
+                ext = _int(args.get("External id"))
+                if ext < 0 or ts is None:
+                    continue
+                sub = {k: args[k] for k in _SIG_KEYS if k in args}
+                sig = orjson.dumps(sub)[1:-1] if sub else b""
+                self.ops[ext] = (self._opkey(name, sig), ts, dur or 0.0, _tid(ev.get("tid")))
+            else:
+                self._launch(name, _tid(ev.get("tid")), ts if ts is not None else -1.0, args)
+
+    # ------------------------------------------------------------------ fast path: raw bytes
+    def scan_chunk(self, buf: bytes, prefixes: dict[bytes, bytes]) -> None:
+        """Read one chunk (whole events only). Falls back to a full parse on any surprise."""
+        mark = (len(self.kname), len(self.launches), len(self.ops), self.graph_launches, len(self.names),
+                len(self.opkeys))
+        try:
+            n_k = self._scan_kernels(buf, prefixes[CATS_KERNEL])
+            if n_k != buf.count(b'"kernel"'):
+                raise ChunkMismatch("kernel count")
+            for cat in CATS_LAUNCH:
+                self._scan_launches(buf, prefixes[cat])
+            self._scan_ops(buf, prefixes[CAT_OP])
+            self.fast_chunks += 1
+        except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
+            self._rollback(mark)
+            self.slow_chunks += 1
+            try:
+                events = orjson.loads(b"[" + buf + b"]")
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"invalid JSON in the event list ({exc})") from None
+            self.add_events(events)
+
+    def _rollback(self, mark: tuple) -> None:
+        nk, _nl, _no, ng, nn, nok = mark
+        for col in (self.kname, self.kdur, self.kcorr, self.kext, self.kdev, self.kgraph):
+            del col[nk:]
+        # Launch/op dicts are keyed by unique ids, so re-adding the same events overwrites them
+        # with identical values; only counters and id tables need undoing.
+        self.graph_launches = ng
+        for raw in [r for r, i in self.name_ids.items() if i >= nn]:
+            del self.name_ids[raw]
+        del self.names[nn:]
+        for k in [k for k, i in self.kgrid.items() if i >= nn]:
+            del self.kgrid[k]
+        for key in [k for k, i in self.opkey_ids.items() if i >= nok]:
+            del self.opkey_ids[key]
+        del self.opkeys[nok:]
+        # ops/launches added in this chunk may point at removed opkey ids: drop those entries.
+        for ext in [e for e, v in self.ops.items() if v[0] >= nok]:
+            del self.ops[ext]
+
+    @staticmethod
+    def _fields(buf: bytes, start: int) -> list:
+        """Split the event text after the name's opening quote into its leading fields."""
+        for width in (2048, 1 << 16, 1 << 22):
+            s = buf[start:start + width].split(b'"', 12)
+            if len(s) == 13 and b"}" in s[12]:
+                return s
+            if start + width >= len(buf):
+                break
+        raise ChunkMismatch("event longer than expected")
+
+    @staticmethod
+    def _check(s: list) -> None:
+        if not (s[2] == b"pid" and s[4] == b"tid" and s[6] == b"ts" and s[8] == b"dur" and s[10] == b"args"
+                and s[11].rstrip().endswith(b"{") and not s[0].endswith(b"\\")):
+            raise ChunkMismatch("field layout")
+
+    def _scan_kernels(self, buf: bytes, prefix: bytes) -> int:
+        find = buf.find
+        n = 0
+        lp = len(prefix)
+        i = find(prefix)
+        name_ids = self.name_ids
+        loads = orjson.loads
+        while i >= 0:
+            s = self._fields(buf, i + lp)
+            self._check(s)
+            rest = s[12]
+            e = rest.find(b"}")
+            args = loads(b'{"' + rest[:e + 1])
+            nid = name_ids.get(s[0])
+            if nid is None:
+                nid = self._name_id(s[0])
+            self._kernel(nid, float(s[9].strip(_STRIP)), args)
+            n += 1
+            i = find(prefix, i + lp)
+        return n
+
+    def _scan_launches(self, buf: bytes, prefix: bytes) -> None:
+        find = buf.find
+        lp = len(prefix)
+        i = find(prefix)
+        loads = orjson.loads
+        launches = self.launches
+        while i >= 0:
+            s = self._fields(buf, i + lp)
+            self._check(s)
+            rest = s[12]
+            e = rest.find(b"}")
+            args = loads(b'{"' + rest[:e + 1])
+            corr = args.get("correlation")
+            if type(corr) is int and corr >= 0:
+                name = s[0]
+                graph = _GRAPH_LAUNCH in name
+                if name[:3] == b"hip":
+                    self.hip = True
+                elif name[:2] == b"cu":
+                    self.cuda = True
+                if graph:
+                    self.graph_launches += 1
+                ext = args.get("External id")
+                launches[corr] = (ext if type(ext) is int and ext >= 0 else -1, graph,
+                                  int(s[5].strip(_STRIP)), float(s[7].strip(_STRIP)))
+            i = find(prefix, i + lp)
+
+    def _scan_ops(self, buf: bytes, prefix: bytes) -> None:
+        find = buf.find
+        lp = len(prefix)
+        i = find(prefix)
+        ops = self.ops
+        keys = self.opkey_ids
+        while i >= 0:
+            s = self._fields(buf, i + lp)
+            self._check(s)
+            rest = s[12]
+            e = rest.find(b"}")
+            if not rest.startswith(b'External id"'):
+                # Unusual key order: parse this op's args fully (rare, so the cost does not matter).
+                args = orjson.loads(b'{"' + rest[:e + 1])
+                ext = _int(args.get("External id"))
+                if ext >= 0:
+                    sub = {k: args[k] for k in _SIG_KEYS if k in args}
+                    sig = orjson.dumps(sub)[1:-1] if sub else b""
+                    ops[ext] = (self._opkey(s[0], sig), float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)),
+                                int(s[5].strip(_STRIP)))
+            else:
+                c = rest.find(b",", 13, e)
+                ext = int(rest[rest.index(b":") + 1:c if c >= 0 else e])
+                a = rest.find(b'"Concrete Inputs"', 0, e)
+                b = rest.find(b'"Input', 0, e)
+                k = a if (a >= 0 and (b < 0 or a < b)) else b
+                if k >= 0:
+                    z = rest.find(b'"Ev Idx"', k, e)
+                    sig = rest[k:z if z >= 0 else e].rstrip(b", \n\r\t")
+                else:
+                    sig = b""
+                key = (s[0], sig)
+                oid = keys.get(key)
+                if oid is None:
+                    oid = self._opkey(s[0], sig)
+                ops[ext] = (oid, float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)), int(s[5].strip(_STRIP)))
+            i = find(prefix, i + lp)
+
+    # ------------------------------------------------------------------ queries from the linker
+    def kernel_table(self) -> dict:
+        """Kernel columns plus each kernel's launch when it is in this shard (else None)."""
+        get = self.launches.get
+        launch = [get(c) if c >= 0 else None for c in self.kcorr]
+        return {"names": self.names, "kname": self.kname, "kdur": self.kdur, "kcorr": self.kcorr,
+                "kext": self.kext, "kdev": self.kdev, "kgraph": self.kgraph, "launch": launch,
+                "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
+                "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad}
+
+    def lookup_launches(self, corrs: Iterable[int]) -> dict[int, tuple]:
+        get = self.launches.get
+        out = {}
+        for c in corrs:
+            v = get(c)
+            if v is not None:
+                out[c] = v
+        return out
+
+    def lookup_ops(self, exts: Iterable[int]) -> tuple[dict[int, tuple], dict[int, tuple]]:
+        """ext → (opkey id, ts, dur, tid) and the opkeys used: id → (name, sig, has_dims)."""
+        get = self.ops.get
+        found = {}
+        used: dict[int, tuple] = {}
+        for x in exts:
+            v = get(x)
+            if v is not None:
+                found[x] = v
+                if v[0] not in used:
+                    used[v[0]] = self.opkeys[v[0]]
+        return found, used
+
+    def nest(self, queries: list[tuple]) -> tuple[list[tuple], dict[int, tuple]]:
+        """For each (tid, ts): innermost enclosing op and innermost one with Input Dims, if any.
+
+        Returns per query ``(any_opkey, any_start, dims_opkey, dims_start)`` (-1 = none) and the
+        opkeys those ops use.
+        """
+        if self._nest is None:
+            by_tid: dict[Any, list] = {}
+            for ext, (oid, ts, dur, tid) in self.ops.items():
+                by_tid.setdefault(tid, []).append((ts, -(dur or 0.0), ts + (dur or 0.0), ext, oid))
+            for lst in by_tid.values():
+                lst.sort()
+            self._nest = by_tid
+        order = sorted(range(len(queries)), key=lambda q: (str(queries[q][0]), queries[q][1]))
+        res: list[tuple] = [(-1, 0.0, -1, 0.0)] * len(queries)
+        eps = 1.0
+        cur_tid = object()
+        stack: list[tuple] = []
+        pos = 0
+        ops_list: list = []
+        for q in order:
+            tid, t = queries[q]
+            if tid != cur_tid:
+                cur_tid = tid
+                ops_list = self._nest.get(tid, [])
+                stack = []
+                pos = 0
+            while pos < len(ops_list) and ops_list[pos][0] <= t + eps:
+                o = ops_list[pos]
+                while stack and stack[-1][2] < o[0]:
+                    stack.pop()
+                stack.append(o)
+                pos += 1
+            while stack and stack[-1][2] + eps < t:
+                stack.pop()
+            any_op = None
+            dims_op = None
+            for o in reversed(stack):
+                if o[2] + eps < t or o[0] > t + eps:
+                    continue
+                if any_op is None:
+                    any_op = o
+                if self.opkeys[o[4]][2]:
+                    dims_op = o
+                    break
+            res[q] = (any_op[4] if any_op else -1, any_op[0] if any_op else 0.0,
+                      dims_op[4] if dims_op else -1, dims_op[0] if dims_op else 0.0)
+        used = {}
+        for a, _, d, _ in res:
+            for oid in (a, d):
+                if oid >= 0:
+                    used[oid] = self.opkeys[oid]
+        return res, used
+
+
+def _unescape(raw: bytes) -> str:
+    try:
+        v = orjson.loads(b'"' + raw + b'"')
+        return v if isinstance(v, str) else raw.decode("utf-8", "replace")
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def cut_chunks(buf: bytes, target: int) -> tuple[list[tuple[int, int]], int]:
+    """Cut ``buf`` (starting at an event) into [start, end) spans of whole events near ``target``.
+
+    Returns the spans and the offset where the unconsumed remainder starts (an event start).
+    """
+    spans = []
+    start = 0
+    n = len(buf)
+    while n - start > target:
+        m = BOUNDARY.search(buf, start + target)
+        if not m:
+            break
+        end = m.start() + 1  # just after the closing '}'
+        spans.append((start, end))
+        start = buf.index(b"{", end)
+    return spans, start
+
+
+# ---------------------------------------------------------------------- whole ranges and the array end
+READ_SIZE = 16 << 20
+TAIL_MARGIN = 8 << 20  # the last bytes of the array are parsed event by event (robust to any tail)
+MAX_CARRY = 256 << 20
+
+
+class NoBoundary(Exception):
+    """No event boundary in a large stretch of bytes: this file cannot be split into chunks."""
+
+
+def _last_cut(buf: bytes, keep: int) -> int:
+    """Offset just after the last event that ends before ``len(buf) - keep`` (0 when none)."""
+    lo = max(0, len(buf) - keep - (1 << 20))
+    best = 0
+    for m in BOUNDARY.finditer(buf, lo, max(lo, len(buf) - keep)):
+        best = m.start() + 1
+    if best == 0 and lo > 0:
+        m = None
+        for m in BOUNDARY.finditer(buf, 0, len(buf) - keep):
+            pass
+        if m is not None:
+            best = m.start() + 1
+    return best
+
+
+def finish_array(shard: "Shard", data: bytes) -> dict:
+    """Parse ``data`` = the last events, the closing ``]`` and the rest of the document.
+
+    Returns the top-level keys after the event list (only ``deviceProperties`` is kept).
+    """
+    import json
+
+    from ._jsonhead import BadJSON, parse_tail
+
+    text = data.decode("utf-8", "replace")
+    dec = json.JSONDecoder()
+    n = len(text)
+    i = 0
+    events = []
+    ws = " \t\r\n"
+    while i < n and text[i] in ws:
+        i += 1
+    if i < n and text[i] == ",":
+        i += 1
+    while True:
+        while i < n and text[i] in ws:
+            i += 1
+        if i >= n:
+            raise BadJSON("file ends inside the event list (truncated?)", i)
+        if text[i] == "]":
+            break
+        try:
+            ev, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise BadJSON(f"invalid JSON in the event list ({exc.msg})", exc.pos) from None
+        events.append(ev)
+        while i < n and text[i] in ws:
+            i += 1
+        if i < n and text[i] == ",":
+            i += 1
+        elif i < n and text[i] != "]":
+            raise BadJSON("expected ',' or ']' between events", i)
+        if len(events) >= 20000:
+            shard.add_events(events)
+            events = []
+    shard.add_events(events)
+    tail = parse_tail(text[i + 1:])
+    return {"deviceProperties": tail["deviceProperties"]} if "deviceProperties" in tail else {}
+
+
+def scan_stream(shard: "Shard", read, prefixes: Optional[dict], is_last: bool, report=None) -> dict:
+    """Scan a stream of whole events (``read(n)`` → bytes) into ``shard``.
+
+    With ``is_last`` the stream runs to the end of the document and the array end and what
+    follows are checked; otherwise it must end exactly after an event.
+    """
+    carry = b""
+    eof = False
+    tail: dict = {}
+    while not eof:
+        data = read(READ_SIZE)
+        if not data:
+            eof = True
+        buf = carry + data if carry else data
+        if report and data:
+            report(len(data))
+        if not eof:
+            keep = TAIL_MARGIN if is_last else 0
+            cut = _last_cut(buf, keep)
+            if cut == 0:
+                if len(buf) > MAX_CARRY:
+                    raise NoBoundary()
+                carry = buf
+                continue
+            _scan(shard, buf[:cut], prefixes)
+            carry = buf[buf.index(b"{", cut):] if b"{" in buf[cut:cut + 4096] else buf[cut:]
+            continue
+        # End of this stream.
+        if is_last:
+            tail = finish_array(shard, buf)
+        elif buf.strip():
+            _scan(shard, buf.strip().rstrip(b","), prefixes)
+    return tail
+
+
+def _scan(shard: "Shard", chunk: bytes, prefixes: Optional[dict]) -> None:
+    chunk = chunk.strip()
+    if chunk.startswith(b","):
+        chunk = chunk[1:].lstrip()
+    if not chunk:
+        return
+    if prefixes is None:
+        shard.slow_chunks += 1
+        try:
+            events = orjson.loads(b"[" + chunk + b"]")
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"invalid JSON in the event list ({exc})") from None
+        shard.add_events(events)
+    else:
+        shard.scan_chunk(chunk, prefixes)
+
+
+def serve(conn, shard: "Shard", first: dict) -> None:
+    """Answer the linker's questions about this shard until told to stop."""
+    conn.send(("done", first))
+    while True:
+        try:
+            req = conn.recv()
+        except EOFError:
+            return
+        name, args = req
+        if name == "close":
+            conn.send(("ok", None))
+            return
+        try:
+            conn.send(("ok", getattr(shard, name)(*args)))
+        except Exception as exc:  # report, never hang the parent
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def worker_range(conn, path: str, start: int, end: int, prefixes: Optional[dict], is_last: bool) -> None:
+    """Child process: scan bytes [start, end) of a plain file, then serve queries."""
+    import gc
+
+    gc.disable()  # millions of small tuples, no cycles: the cyclic GC would only cost time
+    shard = Shard()
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            left = [end - start]
+
+            def read(n: int) -> bytes:
+                if left[0] <= 0:
+                    return b""
+                b = fh.read(min(n, left[0]))
+                left[0] -= len(b)
+                return b
+
+            done = [0]
+
+            def report(n: int) -> None:
+                done[0] += n
+                conn.send(("progress", n))
+
+            tail = scan_stream(shard, read, prefixes, is_last, report)
+    except NoBoundary:
+        conn.send(("error", "NoBoundary"))
+        return
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    serve(conn, shard, {"tail": tail})
+
+
+def worker_chunks(conn, prefixes: Optional[dict]) -> None:
+    """Child process: scan chunks of whole events sent by the parent, then serve queries."""
+    import gc
+
+    gc.disable()
+    shard = Shard()
+    try:
+        while True:
+            b = conn.recv_bytes()
+            if not b:
+                break
+            _scan(shard, b, prefixes)
+            conn.send(("progress", len(b)))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    serve(conn, shard, {"tail": {}})

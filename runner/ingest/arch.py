@@ -1,0 +1,140 @@
+"""Device architecture from what a trace says about its GPUs.
+
+Order of trust: an explicit ``arch`` argument; an exact arch the profiler recorded (AMD
+``gcnArchName``, rocprof agent ``name`` = gfx950, NVIDIA compute capability); then, flagged with a
+warning, an AMD product name, and as the very last resort the ISA tag inside hipBLASLt kernel
+names (``…_ISA942_…``).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+from ..models import DeviceInfo
+
+# AMD Instinct product names → gfx target (public ROCm hardware tables).
+_AMD_PRODUCTS = [
+    (re.compile(r"(?i)MI3[05]5X|MI350"), "gfx950"),
+    (re.compile(r"(?i)MI300|MI325|MI308"), "gfx942"),
+    (re.compile(r"(?i)MI2[15]0|MI210"), "gfx90a"),
+    (re.compile(r"(?i)MI100"), "gfx908"),
+    (re.compile(r"(?i)MI50|MI60"), "gfx906"),
+]
+_ISA_TAG = re.compile(r"_ISA(9[0-9][0-9a-f])(?:_|$)")
+_GFX = re.compile(r"gfx[0-9]{3,4}[a-z]?")
+
+
+def nvidia_arch(major: Any, minor: Any) -> Optional[str]:
+    try:
+        ma, mi = int(major), int(minor)
+    except (TypeError, ValueError):
+        return None
+    if ma <= 0 or ma > 20 or mi < 0 or mi > 9:
+        return None
+    return f"sm_{ma}{mi}"
+
+
+def clean_gfx(name: Any) -> Optional[str]:
+    """``gfx942:sramecc+:xnack-`` → ``gfx942``; anything else → None."""
+    if not isinstance(name, str):
+        return None
+    m = _GFX.search(name.lower())
+    return m.group(0) if m else None
+
+
+def amd_arch_from_product(name: Any) -> Optional[str]:
+    if not isinstance(name, str):
+        return None
+    for pat, gfx in _AMD_PRODUCTS:
+        if pat.search(name):
+            return gfx
+    return None
+
+
+def arch_from_kernel_names(names: Iterable[str]) -> Optional[str]:
+    """gfx target from hipBLASLt/Tensile ISA tags (``ISA942`` → gfx942); most common tag wins."""
+    counts: dict[str, int] = {}
+    for n in names:
+        m = _ISA_TAG.search(n)
+        if m:
+            tag = "gfx" + m.group(1)
+            counts[tag] = counts.get(tag, 0) + 1
+    if not counts:
+        return None
+    return max(counts.items(), key=lambda kv: kv[1])[0]
+
+
+def _as_int(x: Any) -> Optional[int]:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, str) and x.strip().isdigit():
+        return int(x.strip())
+    return None
+
+
+def devices_from_kineto(props: Any, amd_hint: bool, warnings: list[str]) -> list[DeviceInfo]:
+    """DeviceInfo per ``deviceProperties`` entry. Only hardware facts are read, nothing else."""
+    out: list[DeviceInfo] = []
+    if not isinstance(props, list):
+        return out
+    for i, p in enumerate(props):
+        if not isinstance(p, dict):
+            continue
+        name = p.get("name") if isinstance(p.get("name"), str) else None
+        warp = _as_int(p.get("warpSize"))
+        gcn = clean_gfx(p.get("gcnArchName"))
+        is_amd = bool(gcn) or amd_hint or (name is not None and re.search(r"(?i)\bAMD\b|Radeon|Instinct", name) is not None) \
+            or warp == 64
+        vendor = "amd" if is_amd else ("nvidia" if name is None or "nvidia" in name.lower() or warp == 32 else None)
+        arch: Optional[str] = None
+        if vendor == "amd":
+            if gcn:
+                arch = gcn
+            else:
+                arch = amd_arch_from_product(name)
+                if arch:
+                    warnings.append(f"arch {arch} inferred from the device name '{name}' "
+                                    "(trace has no gcnArchName); pass --arch to override")
+        elif vendor == "nvidia":
+            arch = nvidia_arch(p.get("computeMajor"), p.get("computeMinor"))
+        idx = _as_int(p.get("id"))
+        out.append(DeviceInfo(index=idx if idx is not None else i, name=name, vendor=vendor, arch=arch,
+                              sm_count=_as_int(p.get("numSms")), warp_size=warp))
+    return out
+
+
+def dedupe_warnings(warnings: list[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for w in warnings:
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def resolve_arch(devices: list[DeviceInfo], explicit: Optional[str], kernel_names: Iterable[str],
+                 warnings: list[str], vendor_hint: Optional[str] = None) -> Optional[str]:
+    """The profile's arch: explicit > recorded > inferred (flagged)."""
+    traced = next((d.arch for d in devices if d.arch), None)
+    if explicit:
+        if traced and traced != explicit:
+            warnings.append(f"arch overridden: the trace says {traced}, using {explicit} as requested")
+        return explicit
+    if traced:
+        return traced
+    amd = vendor_hint == "amd" or any(d.vendor == "amd" for d in devices)
+    if amd or vendor_hint is None:
+        guess = arch_from_kernel_names(kernel_names)
+        if guess:
+            warnings.append(f"arch {guess} guessed from ISA tags in kernel names (the trace records no "
+                            "architecture); pass --arch to be sure")
+            for d in devices:
+                if d.arch is None and d.vendor in (None, "amd"):
+                    d.arch = guess
+            return guess
+    return None

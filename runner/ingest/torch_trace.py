@@ -1,0 +1,502 @@
+"""torch.profiler / Kineto Chrome-trace JSON (``.json``, ``.json.gz``; CUDA and ROCm; old and new).
+
+Small files are parsed whole with orjson. Large ones are split at event boundaries and read by
+worker processes with the byte-level scanner of :mod:`._kineto_shard`; each worker keeps its
+tables and answers the linker's questions, so no process ever holds the whole trace.
+
+Linking a kernel to the op whose shapes it ran (trace-formats.md §1):
+kernel ``args.correlation`` → runtime/driver launch with that correlation → its ``External id``
+→ the ``cpu_op`` with that ``External id`` (checked: on the launching thread and around the launch
+time). Fallbacks: the kernel's own ``External id``; then the innermost ``cpu_op`` enclosing the
+launch on the launching thread, preferring the innermost one that recorded ``Input Dims``.
+Kernels replayed from a CUDA/HIP graph are never attributed through the graph launch.
+"""
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import threading
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import orjson
+
+from ..errors import InputError
+from ..models import DeviceInfo, Profile
+from . import _io
+from ._jsonhead import BadJSON, walk_stream
+from ._kineto_shard import (BOUNDARY, NoBoundary, Shard, TAIL_MARGIN, _last_cut, _scan, detect_prefixes,
+                            finish_array, worker_chunks, worker_range)
+from ._profile import OpRef, ProfileBuilder, make_opref
+from .arch import devices_from_kineto
+
+FORMAT = "kineto_json"
+SMALL_LIMIT = 48 << 20  # below this (decompressed) the whole document is parsed at once
+LAUNCH_EPS_US = 1.0
+
+Progress = Optional[Callable[[int, int], None]]
+
+
+# ---------------------------------------------------------------------- shard handles
+class _Local:
+    def __init__(self, shard: Shard):
+        self.shard = shard
+
+    def call(self, name: str, *args: Any) -> Any:
+        return getattr(self.shard, name)(*args)
+
+    def close(self) -> None:
+        pass
+
+
+class _Remote:
+    def __init__(self, proc: mp.process.BaseProcess, conn: Any):
+        self.proc = proc
+        self.conn = conn
+
+    def call(self, name: str, *args: Any) -> Any:
+        self.conn.send((name, args))
+        status, val = self.conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"trace worker failed: {val}")
+        return val
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("close", ()))
+            self.conn.recv()
+        except (OSError, EOFError):
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+def _mp_context() -> mp.context.BaseContext:
+    # fork is instant and shares the loaded modules; it is only unsafe with other threads alive
+    # (a progress bar's refresh thread), where forkserver starts clean children instead.
+    if threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+
+
+# ---------------------------------------------------------------------- entry point
+def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = None,
+                  small_limit: int = SMALL_LIMIT, workers: Optional[int] = None) -> Profile:
+    size_hint = _io.content_size_hint(path)
+    builder = ProfileBuilder(str(path), FORMAT)
+    if size_hint <= small_limit:
+        handles, props = _read_small(path, progress)
+    else:
+        handles, props = _read_large(path, progress, workers)
+    try:
+        _link(handles, builder)
+    finally:
+        for h in handles:
+            h.close()
+    amd = builder.vendor_hint == "amd"
+    builder.devices = devices_from_kineto(props, amd, builder.warnings)
+    if not builder.devices and builder.kernel_devices:
+        builder.devices = [DeviceInfo(index=d, vendor=builder.vendor_hint) for d in sorted(builder.kernel_devices)]
+    return builder.build(arch)
+
+
+def _parse_error(path: Path, exc: Exception) -> InputError:
+    msg = str(exc)
+    if isinstance(exc, BadJSON):
+        msg = f"{exc.msg} (near byte {exc.pos})"
+    return InputError(f"corrupt or truncated trace JSON: {msg}", path=str(path))
+
+
+def _read_small(path: Path, progress: Progress) -> tuple[list, Any]:
+    data = _io.read_content(path)
+    if progress:
+        progress(len(data), len(data))
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"corrupt or truncated trace JSON ({exc})", path=str(path)) from None
+    del data
+    if isinstance(doc, list):
+        events, props = doc, None
+    elif isinstance(doc, dict):
+        events = doc.get("traceEvents")
+        props = doc.get("deviceProperties")
+        if not isinstance(events, list):
+            raise InputError("'traceEvents' is not a list", path=str(path), field="traceEvents")
+    else:
+        raise InputError("JSON document is not a trace (neither an object nor an event list)", path=str(path))
+    shard = Shard()
+    shard.add_events(events)
+    return [_Local(shard)], props
+
+
+# ---------------------------------------------------------------------- large files
+def _read_large(path: Path, progress: Progress, workers: Optional[int]) -> tuple[list, Any]:
+    gz = _io.is_gzip(path)
+    total = _io.file_size(path)
+    nworkers = max(1, min(4, workers or (os.cpu_count() or 1)))
+    if not gz:
+        with open(path, "rb") as fh:
+            try:
+                top, head = walk_stream(fh.read, {"traceEvents"}, {"deviceProperties"})
+            except BadJSON as exc:
+                raise _parse_error(path, exc) from None
+        start = _array_start(path, top, head)
+        sample = _read_at(path, start, 4 << 20)
+        prefixes = detect_prefixes(sample)
+        try:
+            handles, tail = _run_ranges(path, start, total, prefixes, nworkers, progress)
+        except NoBoundary:
+            return _read_ijson(path, top, progress)
+    else:
+        try:
+            handles, tail, top = _run_gzip(path, total, nworkers, progress)
+        except NoBoundary:
+            return _read_ijson(path, None, progress)
+    props = top.values.get("deviceProperties") if top is not None else None
+    if props is None:
+        props = tail.get("deviceProperties")
+    return handles, props
+
+
+def _array_start(path: Path, top: Any, head: bytes) -> int:
+    pos = top.stop_value_pos
+    if top.kind == "object" and top.stop_key != "traceEvents":
+        raise InputError("JSON document has no 'traceEvents'", path=str(path))
+    if pos < 0 or pos >= len(head) or head[pos:pos + 1] != b"[":
+        raise InputError("'traceEvents' is not a list", path=str(path), field="traceEvents")
+    return pos + 1
+
+
+def _read_at(path: Path, offset: int, n: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(n)
+
+
+def _run_ranges(path: Path, start: int, end: int, prefixes: Optional[dict], nworkers: int,
+                progress: Progress) -> tuple[list, dict]:
+    # Split [start, end) at event boundaries near equal shares.
+    cuts = [start]
+    span = end - start
+    for k in range(1, nworkers):
+        want = start + span * k // nworkers
+        window = _read_at(path, want, 4 << 20)
+        m = BOUNDARY.search(window)
+        if m is None:
+            continue
+        c = want + m.start() + 1
+        nxt = window.find(b"{", m.start() + 1)
+        if c > cuts[-1]:
+            cuts.append((c, want + nxt))
+    bounds = []
+    prev = start
+    for c in cuts[1:]:
+        cut_end, next_start = c
+        bounds.append((prev, cut_end))
+        prev = next_start
+    bounds.append((prev, end))
+    ctx = _mp_context()
+    procs = []
+    for i, (a, b) in enumerate(bounds):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=worker_range, args=(child, str(path), a, b, prefixes, i == len(bounds) - 1),
+                        daemon=True)
+        p.start()
+        child.close()
+        procs.append((p, parent))
+    return _collect(path, procs, progress, end - start, first_done=0)
+
+
+def _collect(path: Path, procs: list, progress: Progress, total: int, first_done: int) -> tuple[list, dict]:
+    done = first_done
+    pending = {conn: p for p, conn in procs}
+    firsts: dict[Any, dict] = {}
+    error: Optional[str] = None
+    while pending:
+        for conn in wait(list(pending)):
+            try:
+                kind, val = conn.recv()
+            except EOFError:
+                error = error or "a trace worker exited unexpectedly"
+                pending.pop(conn)
+                continue
+            if kind == "progress":
+                done += val
+                if progress:
+                    progress(min(done, total), total)
+            elif kind == "done":
+                firsts[conn] = val
+                pending.pop(conn)
+            else:
+                error = error or val
+                pending.pop(conn)
+    handles = [_Remote(p, conn) for p, conn in procs]
+    if error:
+        for h in handles:
+            if h.conn in firsts:
+                h.close()
+            else:
+                h.proc.join(timeout=5)
+        if error == "NoBoundary":
+            raise NoBoundary()
+        raise InputError(f"corrupt or truncated trace JSON: {error}", path=str(path))
+    tail: dict = {}
+    for v in firsts.values():
+        if v.get("tail"):
+            tail.update(v["tail"])
+    return handles, tail
+
+
+def _run_gzip(path: Path, total: int, nworkers: int, progress: Progress) -> tuple[list, dict, Any]:
+    """Decompress here, hand whole-event chunks to workers, keep the array end for ourselves."""
+    stream = _io.iter_decompressed(path, 4 << 20)
+    pending = bytearray()
+    state = {"eof": False}
+
+    def read(n: int) -> bytes:
+        while len(pending) < n and not state["eof"]:
+            try:
+                pending.extend(next(stream))
+            except StopIteration:
+                state["eof"] = True
+        out = bytes(pending[:n])
+        del pending[:n]
+        return out
+
+    try:
+        top, head = walk_stream(read, {"traceEvents"}, {"deviceProperties"})
+    except BadJSON as exc:
+        raise _parse_error(path, exc) from None
+    start = _array_start(path, top, head)
+    buf = head[start:] + read(4 << 20)
+    prefixes = detect_prefixes(buf[:4 << 20])
+    ctx = _mp_context()
+    procs = []
+    for _ in range(nworkers):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=worker_chunks, args=(child, prefixes), daemon=True)
+        p.start()
+        child.close()
+        procs.append((p, parent))
+    local = Shard()
+    turn = 0
+    tail: dict = {}
+    try:
+        while True:
+            more = read(16 << 20)
+            buf = buf + more if more else buf
+            if more:
+                cut = _last_cut(buf, TAIL_MARGIN)
+                if cut == 0:
+                    if len(buf) > (256 << 20):
+                        raise NoBoundary()
+                    continue
+                procs[turn % nworkers][1].send_bytes(buf[:cut])
+                turn += 1
+                nxt = buf.find(b"{", cut)
+                buf = buf[nxt:] if nxt >= 0 else buf[cut:]
+                if progress:
+                    progress(min(_compressed_pos(path, total, stream), total), total)
+                continue
+            tail = finish_array(local, buf)
+            break
+    except BadJSON as exc:
+        for p, conn in procs:
+            conn.send_bytes(b"")
+            p.terminate()
+        raise _parse_error(path, exc) from None
+    except BaseException:
+        for p, _ in procs:
+            p.terminate()
+        raise
+    for _, conn in procs:
+        conn.send_bytes(b"")
+    handles, _ = _collect(path, procs, None, total, 0)
+    if progress:
+        progress(total, total)
+    return handles + [_Local(local)], tail, top
+
+
+def _compressed_pos(path: Path, total: int, stream: Any) -> int:
+    # The generator's file position is not exposed; progress for gzip is coarse on purpose.
+    frame = getattr(stream, "gi_frame", None)
+    fh = frame.f_locals.get("fh") if frame is not None else None
+    try:
+        return fh.tell() if fh is not None else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def _read_ijson(path: Path, top: Any, progress: Progress) -> tuple[list, Any]:
+    """Last resort for documents that cannot be cut into chunks: stream every event with ijson."""
+    import gzip
+
+    import ijson
+
+    shard = Shard()
+    opener = gzip.open if _io.is_gzip(path) else open
+    prefix = "item" if (top is not None and top.kind == "array") else "traceEvents.item"
+    try:
+        with opener(path, "rb") as fh:
+            batch = []
+            for ev in ijson.items(fh, prefix, use_float=True):
+                batch.append(ev)
+                if len(batch) >= 20000:
+                    shard.add_events(batch)
+                    batch = []
+            shard.add_events(batch)
+    except (ijson.JSONError, ValueError, OSError, EOFError) as exc:
+        raise InputError(f"corrupt or truncated trace JSON ({str(exc)[:200]})", path=str(path)) from None
+    props = top.values.get("deviceProperties") if top is not None else None
+    return [_Local(shard)], props
+
+
+# ---------------------------------------------------------------------- linking
+def _link(handles: list, builder: ProfileBuilder) -> None:
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        _link_inner(handles, builder)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _link_inner(handles: list, builder: ProfileBuilder) -> None:
+    tables = [h.call("kernel_table") for h in handles]
+    builder.graph_launches = sum(t["graph_launches"] for t in tables)
+    if any(t["hip"] for t in tables):
+        builder.vendor_hint = "amd"
+    elif any(t["cuda"] for t in tables):
+        builder.vendor_hint = "nvidia"
+    slow = sum(t["slow_chunks"] for t in tables)
+    bad = sum(t["events_bad"] for t in tables)
+    if bad:
+        builder.warnings.append(f"{bad} kernel events without a numeric duration were skipped")
+    del slow
+
+    # 1. Launches not found in the kernel's own shard: ask the others.
+    missing: list[set] = [set() for _ in handles]
+    for si, t in enumerate(tables):
+        for c, l in zip(t["kcorr"], t["launch"]):
+            if l is None and c >= 0:
+                missing[si].add(c)
+    if any(missing) and len(handles) > 1:
+        for si, t in enumerate(tables):
+            if not missing[si]:
+                continue
+            found: dict[int, tuple] = {}
+            for sj, h in enumerate(handles):
+                if sj != si:
+                    found.update(h.call("lookup_launches", missing[si]))
+            t["launch"] = [found.get(c) if l is None and c >= 0 else l for c, l in zip(t["kcorr"], t["launch"])]
+
+    # 2. Candidate External id per kernel (graph replays: only the kernel's own id).
+    wanted: set[int] = set()
+    cand_cols = []
+    for t in tables:
+        cand = []
+        for ext, g, l in zip(t["kext"], t["kgraph"], t["launch"]):
+            if l is not None and l[1]:
+                cand.append(ext)
+            elif g:
+                cand.append(ext)
+            elif l is not None and l[0] >= 0:
+                cand.append(l[0])
+            else:
+                cand.append(ext)
+        cand_cols.append(cand)
+        wanted.update(x for x in cand if x >= 0)
+
+    # 3. Ops for those ids, from every shard.
+    ops: dict[int, tuple] = {}
+    opkeys: dict[tuple, Any] = {}  # (shard, local opkey id) → OpRef
+    for si, h in enumerate(handles):
+        found, used = h.call("lookup_ops", wanted)
+        for ext, v in found.items():
+            ops[ext] = (si,) + v
+        for oid, key in used.items():
+            opkeys[(si, oid)] = key
+
+    # 4. Validate each ext link against the launch; queue nesting lookups.
+    link: list[list] = []
+    queries: list[tuple] = []
+    qref: list[tuple] = []
+    for ti, t in enumerate(tables):
+        col = []
+        for ki, (x, l, g) in enumerate(zip(cand_cols[ti], t["launch"], t["kgraph"])):
+            graph = bool(g) or (l is not None and l[1])
+            op = ops.get(x) if x >= 0 else None
+            if op is not None and l is not None and not l[1] and l[3] >= 0:
+                # (shard, oid, ts, dur, tid): the op must enclose the launch on the same thread.
+                if op[4] != l[2] or not (op[2] - LAUNCH_EPS_US <= l[3] <= op[2] + op[3] + LAUNCH_EPS_US):
+                    op = None
+            key = (op[0], op[1]) if op is not None else None
+            col.append(key)
+            has_dims = key is not None and opkeys[key][2]
+            if not graph and not has_dims and l is not None and l[3] >= 0:
+                queries.append((l[2], l[3]))
+                qref.append((ti, ki))
+        link.append(col)
+
+    if queries:
+        best_any: list[Optional[tuple]] = [None] * len(queries)  # (op start, shard, opkey id)
+        best_dims: list[Optional[tuple]] = [None] * len(queries)
+        for si, h in enumerate(handles):
+            res, used = h.call("nest", queries)
+            for oid, key in used.items():
+                opkeys[(si, oid)] = key
+            for qi, (a_oid, a_ts, d_oid, d_ts) in enumerate(res):
+                if a_oid >= 0 and (best_any[qi] is None or a_ts > best_any[qi][0]):
+                    best_any[qi] = (a_ts, si, a_oid)
+                if d_oid >= 0 and (best_dims[qi] is None or d_ts > best_dims[qi][0]):
+                    best_dims[qi] = (d_ts, si, d_oid)
+        for qi, (ti, ki) in enumerate(qref):
+            bd, ba = best_dims[qi], best_any[qi]
+            if bd is not None:
+                link[ti][ki] = (bd[1], bd[2])
+            elif link[ti][ki] is None and ba is not None:
+                link[ti][ki] = (ba[1], ba[2])
+
+    # 5. Aggregate per (name, device, op, graph) and hand over to the builder.
+    refs: dict[tuple, OpRef] = {}
+    bad_sigs = 0
+    groups: dict[tuple, list] = {}
+    kernel_devices: set[int] = set()
+    for ti, t in enumerate(tables):
+        names = t["names"]
+        for nid, dur, dev, g, l, key in zip(t["kname"], t["kdur"], t["kdev"], t["kgraph"], t["launch"], link[ti]):
+            graph = bool(g) or (l is not None and l[1])
+            gk = (names[nid], dev, key, graph)
+            acc = groups.get(gk)
+            if acc is None:
+                groups[gk] = [dur, 1, ti, nid]
+            else:
+                acc[0] += dur
+                acc[1] += 1
+    for (name, dev, key, graph), (dur, calls, ti, nid) in groups.items():
+        ref = None
+        if key is not None:
+            ref = refs.get(key)
+            if ref is None:
+                opname, sig, has_dims = opkeys[key]
+                args = None
+                if sig:
+                    try:
+                        args = orjson.loads(b"{" + sig + b"}")
+                    except orjson.JSONDecodeError:
+                        bad_sigs += 1
+                ref = refs[key] = make_opref(opname, args)
+        if dev >= 0:
+            kernel_devices.add(dev)
+        grid, block = tables[ti]["kgrid"].get(nid, (None, None))
+        builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block)
+    if bad_sigs:
+        builder.warnings.append(f"{bad_sigs} launching ops had unreadable argument records (shapes skipped)")
+    builder.kernel_devices = kernel_devices
+
+
