@@ -1,0 +1,77 @@
+"""Running a FlyDSL port: compile-only facts on a CPU, or compile-then-launch on a ROCm device."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import toolchain
+
+
+def ensure_compile_env(arch: str, tag: str) -> Path:
+    """Make this process a compile-only FlyDSL process for ``arch``; returns the ISA dump folder.
+
+    ``SKILLRUN_ISA_DIR`` (set by the runner's child process) chooses where listings are kept;
+    otherwise a fresh temporary folder is used.
+    """
+    base = os.environ.get("SKILLRUN_ISA_DIR")
+    dump = Path(base) / tag if base else Path(tempfile.mkdtemp(prefix=f"flydsl-{tag}-"))
+    toolchain.apply_compile_env(arch, dump_dir=dump)
+    return dump
+
+
+def compile_only(make: Callable[[], tuple[Callable, Sequence[Any]]], *, arch: str, tag: str, describe: dict) -> dict:
+    """Build the launcher and placeholder arguments with ``make()`` and return the compiled facts."""
+    ensure_compile_env(arch, tag)
+    from .compiled import compile_facts
+
+    launcher, args = make()
+    return compile_facts(launcher, args, arch=arch, describe=describe)
+
+
+def rocm_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available() and getattr(torch.version, "hip", None))
+
+
+def device_arch() -> str:
+    """The gfx target of the current ROCm device (``gcnArchName`` without feature flags)."""
+    import torch
+
+    name = torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName
+    return name.split(":")[0]
+
+
+class DeviceLaunch:
+    """Compile on the first call with the real HIP tensors (which also launches once), then reuse.
+
+    ``flyc.compile`` with live device arguments compiles and launches; the returned
+    ``CompiledFunction`` is FlyDSL's fast path (prebuilt argument slots, no retrace) for later calls.
+    """
+
+    def __init__(self, launcher: Callable):
+        self._launcher = launcher
+        self._compiled = None
+
+    def __call__(self, *args: Any) -> None:
+        if self._compiled is None:
+            import flydsl.compiler as flyc
+
+            self._compiled = flyc.compile(self._launcher, *args)
+            return
+        self._compiled(*args)
+
+
+def require_rocm(what: str) -> str:
+    """The device arch, or a clear error when there is no ROCm device to launch ``what`` on."""
+    if not rocm_available():
+        raise RuntimeError(
+            f"{what} launches through FlyDSL's HIP runtime and needs a ROCm device "
+            "(torch.cuda with torch.version.hip); use compile_only() for static checks on a CPU"
+        )
+    os.environ.setdefault("FLYDSL_GPU_ARCH", device_arch())
+    return os.environ["FLYDSL_GPU_ARCH"]
