@@ -1,0 +1,496 @@
+"""Plan item -> evidence: parity for every candidate, integrity, interleaved timing, one artifact.
+
+    execute_item(index, item)            one PlanItem -> validation record (+ YAML artifact)
+    execute_plan(index, plan)            every item; a failing item never stops the others
+    run_skill(index, skill_id, shapes)   PlanItems from shapes (recipe selection), then execute
+
+Phases per item (each a child process, see isolate.py):
+  A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
+     built and gated on the fp32 oracle over fresh seeds with a poisoned output.
+  B. session, one child: every candidate that built, together: output aliasing, slot integrity
+     (profiler names), then same-session interleaved timing with an A/A copy of the reference.
+  C. here: physical-limit check, choice of the reference the speedup is against (the baseline if
+     it is oracle-correct, else an oracle-correct alternative, said in ``timing.versus``), verdict.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from skillrun.errors import SkillRunError, UsageError
+from skillrun.execute.backends import Backend, make_backend
+from skillrun.execute.isolate import run_task
+from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
+from skillrun.execute.stats import aa_noise, summarize
+from skillrun.kb.cards import SkillCard
+from skillrun.kb.index import SkillIndex
+from skillrun.models import Plan, PlanItem
+from skillrun.plan import projected_gain_pct
+from skillrun.refs import module_file, split_ref
+from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now, write_artifact
+
+
+@dataclass
+class ExecOptions:
+    seeds: int = 3
+    seed_base: int = 1
+    rounds: int = 100
+    warmup: int = 10
+    timeout_s: float = 600.0
+    cold_l2: str = "rotate"  # rotate | flush | off
+    cuda_graph: bool = False
+    timer: str | None = None  # None = the backend's default ("event" on GPUs, none on the CPU); "wall"; "module:factory"
+    peaks: PeakTable | None = None
+    profile_launches: int = 3
+    proxy_caps: dict[str, int] | None = None
+    max_sets: int = 32
+    max_timing_s: float | None = 120.0
+    arch: str | None = None  # target arch for selection / compile-only checks on a CPU
+    isolation: str | None = None  # "spawn" (fresh interpreter per task; GPU default) | "fork" (zygote; CPU default)
+    command: str | None = None
+
+    @classmethod
+    def from_kw(cls, kw: dict[str, Any]) -> "ExecOptions":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kw) - names)
+        if unknown:
+            raise UsageError(f"unknown execute option(s): {', '.join(unknown)}", field="execute",
+                             hint="known: " + ", ".join(sorted(names)))
+        opts = cls(**kw)
+        if opts.cold_l2 not in ("rotate", "flush", "off"):
+            raise UsageError(f"cold_l2 must be rotate, flush or off, not {opts.cold_l2!r}", field="cold_l2")
+        if opts.isolation not in (None, "spawn", "fork"):
+            raise UsageError(f"isolation must be spawn or fork, not {opts.isolation!r}", field="isolation")
+        if opts.seeds < 1 or opts.rounds < 1:
+            raise UsageError("seeds and rounds must be >= 1", field="seeds/rounds")
+        return opts
+
+
+@dataclass
+class _Ctx:
+    card: SkillCard
+    item: PlanItem
+    be: Backend
+    opts: ExecOptions
+    profile_source: str | None
+    tol: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
+        iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
+        return run_task(task, timeout_s=self.opts.timeout_s, env=self.be.env(recipe_backend), isolation=iso)
+
+
+# ----------------------------------------------------------------------------------------------
+# public API
+
+
+def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | None = None, seeds: int = 3,
+                 rounds: int = 100, timeout_s: float = 600.0, write: bool = True, validation_root: Path | None = None,
+                 profile_source: str | None = None, **kw: Any) -> dict[str, Any]:
+    """Run one plan item on the device present (or ``backend``); return its validation record.
+
+    The record is the artifact's content plus ``artifact`` (the written path, or None when the
+    item could not produce a schema-valid artifact, e.g. an unresolved shape, or ``write=False``).
+    Extra keyword options: see :class:`ExecOptions` (warmup, cold_l2, cuda_graph, timer, peaks, …).
+    """
+    opts = ExecOptions.from_kw({"seeds": seeds, "rounds": rounds, "timeout_s": timeout_s, **kw})
+    card = index.skill(item.skill_id)
+    if item.status != "planned" or not item.recipe or not item.shape:
+        why = "; ".join(item.notes) or f"plan item status {item.status}"
+        return {"card": {"id": card.id}, "kernel": item.kernel, "shape": item.shape, "verdict": "skipped",
+                "reason": f"not executable: {why}", "artifact": None}
+    be = backend if isinstance(backend, Backend) else make_backend(backend)
+    ctx = _Ctx(card=card, item=item, be=be, opts=opts, profile_source=profile_source)
+    rec = _base_record(ctx)
+    try:
+        _execute(ctx, rec)
+    except SkillRunError:
+        raise
+    except Exception as exc:  # a harness bug must not lose the row: record it as an error
+        rec.update(verdict="error", reason=f"harness error: {type(exc).__name__}: {exc}")
+    if ctx.notes:
+        rec["notes"] = ctx.notes
+    out = dict(rec)
+    out["artifact"] = str(write_artifact(rec, validation_root)) if write else None
+    return out
+
+
+def execute_plan(index: SkillIndex, plan: Plan, **kw: Any) -> list[dict[str, Any]]:
+    """Every item of a plan, in order; one item's failure is its own record, never the run's end."""
+    kw.setdefault("profile_source", plan.profile)
+    backend = kw.pop("backend", None)
+    be = backend if isinstance(backend, Backend) else (make_backend(backend) if plan.items else None)
+    results = []
+    for item in plan.items:
+        try:
+            results.append(execute_item(index, item, backend=be, **kw))
+        except SkillRunError as exc:
+            results.append({"card": {"id": item.skill_id}, "kernel": item.kernel, "shape": item.shape,
+                            "verdict": "error", "reason": str(exc), "artifact": None})
+    return results
+
+
+def run_skill(index: SkillIndex, skill_id: str, shapes: list[dict[str, int]], **kw: Any) -> list[dict[str, Any]]:
+    """Select the recipe for each shape on this device (or ``arch``), then execute each."""
+    card = index.skill(skill_id)
+    backend = kw.pop("backend", None)
+    be = backend if isinstance(backend, Backend) else make_backend(backend)
+    items = [plan_item_for(index, card, shape, be, kw.get("arch")) for shape in shapes]
+    kw.setdefault("profile_source", None)
+    return [execute_item(index, it, backend=be, **kw) for it in items]
+
+
+def plan_item_for(index: SkillIndex, card: SkillCard, shape: dict[str, int], be: Backend, arch: str | None = None) -> PlanItem:
+    """A PlanItem for a user-given shape: recipe chosen by shape class for the target arch."""
+    from skillrun.select import select_recipe
+
+    target = arch or (be.facts.arch if be.gpu else None) or (card.gens[0] if card.gens else None)
+    facts = {**index.device_facts(target), **(be.facts.predicate_facts() if be.gpu else {})}
+    sel = select_recipe(card, shape, facts, target)
+    r = sel.recipe
+    notes = [f"recipe selected for {target} with device facts {sorted(facts)}"]
+    if sel.untuned:
+        notes.append("UNTUNED: no recipe's shape class covers this shape; using the card default (" + "; ".join(sel.reasons) + ")")
+    dtypes = [d for d in card.match.get("dtypes", []) if d != "*"]
+    return PlanItem(skill_id=card.id, kernel="(shape given to run_skill)", pct_gpu=0.0, shape=dict(shape),
+                    shape_provenance="user", dtype=dtypes[0] if dtypes else None, recipe=r.name, untuned=sel.untuned,
+                    kernel_ref=r.kernel, backend=r.backend, config=dict(r.config), lever=r.lever, loses=list(r.loses),
+                    references=card.references, tolerance=card.tolerance,
+                    expected_speedup=r.expected_speedup or card.data["expects"]["isolated_speedup_min"], notes=notes)
+
+
+# ----------------------------------------------------------------------------------------------
+# record skeleton
+
+
+def _sha(ref: str) -> str | None:
+    path = module_file(split_ref(ref)[0])
+    return file_sha256(path) if path else None
+
+
+def _base_record(ctx: _Ctx) -> dict[str, Any]:
+    card, item, be, opts = ctx.card, ctx.item, ctx.be, ctx.opts
+    recipe = card.recipe(item.recipe)
+    kernel = item.kernel_ref or recipe.kernel
+    backend = item.backend or recipe.backend
+    config = dict(item.config or recipe.config)
+    seeds = list(range(opts.seed_base, opts.seed_base + opts.seeds))
+    tol = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999, **(item.tolerance or card.tolerance)}
+    rec: dict[str, Any] = {
+        "schema_version": 1,
+        "created": utc_now(),
+        "command": opts.command or f"execute_item {card.id} recipe={item.recipe} shape={_shape_text(item.shape)} backend={be.kind}",
+        "card": {"id": card.id, "revision": card_revision(card.path), "path": str(card.path), "sha256": file_sha256(card.path)},
+        "runner": runner_info(),
+        "recipe": {"name": recipe.name, "untuned": bool(item.untuned), "kernel": kernel, "backend": backend, "config": config},
+        "shape": dict(item.shape),
+        "dtype": item.dtype or next((d for d in card.match.get("dtypes", []) if d != "*"), None),
+        "profile": ({"source": ctx.profile_source, "kernel": item.kernel, "pct_gpu": item.pct_gpu,
+                     "shape_provenance": item.shape_provenance} if ctx.profile_source else None),
+        "device": be.facts.artifact(),
+        "software": software_info(),
+        "mode": "gpu_measured" if be.gpu else ("compile_only" if be.port_mode(backend)[0] == "compile" else "cpu_numerics"),
+        "seeds": seeds,
+        "tolerance": tol,
+    }
+    if rec["dtype"] is None:
+        del rec["dtype"]
+    sha = _sha(kernel)
+    if sha:
+        rec["recipe"]["kernel_source_sha256"] = sha
+    if item.untuned:
+        ctx.notes.append("recipe is UNTUNED for this shape (card default)")
+    return rec
+
+
+def _shape_text(shape: dict[str, int] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in (shape or {}).items())
+
+
+# ----------------------------------------------------------------------------------------------
+# the run
+
+
+def _execute(ctx: _Ctx, rec: dict[str, Any]) -> None:
+    mode, why = ctx.be.port_mode(rec["recipe"]["backend"])
+    if mode == "skip":
+        rec.update(verdict="skipped", reason=why)
+        return
+    if mode == "compile":
+        _compile_only(ctx, rec, why)
+        return
+    _run(ctx, rec)
+
+
+def _compile_only(ctx: _Ctx, rec: dict[str, Any], why: str) -> None:
+    arch = ctx.opts.arch or next((g for g in ctx.card.gens if g.startswith("gfx")), None)
+    task = {"kind": "compile", "kb_root": str(_kb_root_of(ctx.card)), "skill_id": ctx.card.id, "arch": arch,
+            "shape": rec["shape"], "recipe": rec["recipe"]["name"]}
+    res = ctx.run(task, "flydsl")
+    ctx.notes.append(f"{why}; no GPU timing was possible on this machine")
+    if res["status"] == "unavailable":
+        rec.update(verdict="skipped", reason=f"compile-only check not available: {res['error']}")
+        return
+    if res["status"] != "ok":
+        rec.update(verdict="error", reason=f"compile check crashed: {res.get('error')}" + _tail(res))
+        return
+    check = res["check"]
+    verdict, reason, compile_block = _interpret_check(check, rec)
+    rec["compile"] = compile_block
+    rec.update(verdict=verdict, reason=reason)
+
+
+def _interpret_check(check: Any, rec: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """Map skillrun.check.check_skill's result (records or one record) onto our verdict."""
+    rows = check if isinstance(check, list) else [check]
+    rows = [r for r in rows if isinstance(r, dict)]
+    mine = [r for r in rows if (r.get("recipe") or {}).get("name", rec["recipe"]["name"]) == rec["recipe"]["name"]
+            and (r.get("shape") in (None, rec["shape"]))] or rows
+    if not mine:
+        return "error", f"compile check returned nothing usable: {str(check)[:300]}", {"check": check}
+    r = mine[0]
+    block = dict(r.get("compile") or {})
+    block.setdefault("check", {k: v for k, v in r.items() if k not in ("compile",)})
+    verdict = r.get("verdict")
+    if verdict in ("compile_verified", "compile_failed", "skipped", "error"):
+        return verdict, r.get("reason") or verdict, block
+    passed = r.get("passed")
+    if passed is True:
+        return "compile_verified", r.get("reason") or "compiled and passed the card's static gates", block
+    if passed is False:
+        return "compile_failed", r.get("reason") or "a static gate failed", block
+    return "error", f"compile check result has no verdict: {str(r)[:300]}", block
+
+
+def _kb_root_of(card: SkillCard) -> Path:
+    return card.path.parent.parent.parent
+
+
+def _tail(res: dict[str, Any]) -> str:
+    t = res.get("stderr_tail") or res.get("traceback")
+    if not t:
+        return ""
+    lines = [ln for ln in str(t).strip().splitlines() if ln.strip()]
+    return " | " + " / ".join(lines[-3:])[:600]
+
+
+def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, shape: dict, proxy: bool) -> dict[str, Any]:
+    if not ref:
+        return {"status": "missing", "role": role, "name": name,
+                "parity": {"passed": False, "supported": False, "error": f"the card names no {ctx.be.kind} {role}"}}
+    task = {"kind": "candidate", "role": role, "ref": ref, "config": config, "shape": shape,
+            "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
+            "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
+            "tolerance": ctx.tol}
+    if proxy:
+        task["proxy"] = {"caps": ctx.opts.proxy_caps}
+    res = ctx.run(task, ctx.item.backend)
+    res["name"], res["ref"], res["role"] = name, ref, role
+    if res["status"] == "error":
+        res["parity"] = {"passed": False, "supported": True, "error": (res.get("error") or "failed") + _tail(res)}
+    return res
+
+
+def _parity_block(res: dict[str, Any]) -> dict[str, Any]:
+    p = dict(res.get("parity") or {"passed": False, "error": res.get("error", "did not run")})
+    p["kernel"] = res.get("ref")
+    if res.get("name") and res["role"] == "alternative":
+        p["name"] = res["name"]
+    if res.get("build_s") is not None:
+        p["build_s"] = res["build_s"]
+    if res.get("fault"):
+        p["fault"] = res["fault"]
+    return p
+
+
+def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
+    be, opts, card = ctx.be, ctx.opts, ctx.card
+    ctx.tol = rec["tolerance"]
+    refs = card.references
+    proxy = not be.gpu
+    port = _candidate(ctx, "port", "port", rec["recipe"]["kernel"], rec["recipe"]["config"], rec["shape"], proxy)
+    shape = port.get("shape") or rec["shape"]
+    if proxy and port.get("proxy_shape"):
+        rec["proxy_shape"] = port["proxy_shape"]
+        ctx.notes.append(f"CPU numerics on a proxy shape {_shape_text(port['proxy_shape'])} (planned "
+                         f"{_shape_text(rec['shape'])}); proxy chosen by {port.get('proxy_how')}")
+    if not be.gpu:
+        ctx.notes.append("no GPU on this machine: numerics only, no GPU timing was possible"
+                         + (" (Triton kernels ran in the interpreter, TRITON_INTERPRET=1)" if rec["recipe"]["backend"] == "triton" else ""))
+    base = _candidate(ctx, "baseline", "baseline", be.baseline_ref(refs), {}, shape, False)
+    alts = [_candidate(ctx, "alternative", a["name"], a["kernel"], {}, shape, False) for a in be.alternatives(refs)]
+    rec["parity"] = {"port": _parity_block(port), "baseline": _parity_block(base)}
+    if alts:
+        rec["parity"]["alternatives"] = {a["name"]: _parity_block(a) for a in alts}
+    for r in [base, *alts]:
+        label = "baseline" if r["role"] == "baseline" else f"alternative {r['name']}"
+        if r["status"] == "unsupported":
+            ctx.notes.append(f"{label} ({r['ref']}) does not support this shape: {r['parity'].get('error')}")
+        elif r["status"] == "ok" and not r["parity"]["passed"]:
+            ctx.notes.append(f"{label} ({r['ref']}) FAILS the fp32 oracle: {r['parity'].get('error', '')[:300]}")
+
+    if port["status"] == "unsupported":
+        rec.update(verdict="skipped", reason=f"the port does not support this shape: {port['parity'].get('error')}")
+        return
+    if port["status"] != "ok":
+        rec.update(verdict="error", reason=f"port failed to build/run: {rec['parity']['port'].get('error')}")
+        return
+    if not port["parity"]["passed"]:
+        rec.update(verdict="parity_failed", reason=f"port fails the fp32 oracle: {port['parity'].get('error', '')[:500]}")
+        return
+
+    # B. session: integrity + timing on every candidate that built.
+    order = [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]
+    in_session = [(slot, r) for slot, r in order if r["status"] == "ok"]
+    correct = [slot for slot, r in in_session if r["parity"]["passed"]]
+    timer = opts.timer if opts.timer is not None else be.default_timer()
+    task = {
+        "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
+        "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000,
+        "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
+                 + [{"slot": slot, "ref": r["ref"], "config": {}} for slot, r in in_session],
+        "aa_slot": correct[0] if correct else None,
+        "profile_launches": opts.profile_launches if be.gpu else 1,
+        "timing": {"timer": timer, "rounds": opts.rounds, "warmup": opts.warmup, "cold_l2": opts.cold_l2,
+                   "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
+                   "max_seconds": opts.max_timing_s},
+    }
+    ses = ctx.run(task, rec["recipe"]["backend"])
+    if ses["status"] != "ok":
+        rec.update(verdict="error", reason=f"integrity/timing session failed: {ses.get('error')}{_tail(ses)}")
+        return
+    ctx.notes.extend(ses.get("notes") or [])
+
+    gates = {slot: s["integrity"] for slot, s in ses["slots"].items() if "integrity" in s}
+    gates["aliasing"] = ses["aliasing"]
+    rec["slot_integrity"] = gates
+    bad = [g for k, g in gates.items() if k in ("port", "aliasing") and not g["passed"]]
+    if bad:
+        rec.update(verdict="error", reason="slot integrity failed: " + "; ".join(g["reason"] for g in bad)[:800])
+        return
+
+    if "timing" not in ses:
+        # CPU without a timer: numerics and integrity are all the evidence there is.
+        rec["speedup"] = None
+        rec.update(verdict="cpu_numerics_passed",
+                   reason=f"port matches the fp32 oracle on {len(rec['seeds'])} seeds at the proxy shape; "
+                          "integrity checked on host ops; no GPU timing was possible")
+        return
+    _timing(ctx, rec, ses, base, alts, shape, port)
+
+
+def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict], shape: dict, port: dict) -> None:
+    be, opts = ctx.be, ctx.opts
+    t = ses["timing"]
+    samples: dict[str, list[float]] = t["samples"]
+    stats = {slot: summarize(v) for slot, v in samples.items() if v}
+    timing: dict[str, Any] = {
+        "method": t["method"] + (", CUDA-graph replay" if ses.get("cuda_graph") else ""),
+        "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
+        "interleaved": "same process, one launch per slot per round, slot order reversed every other round",
+        "input_sets": ses.get("input_sets"), "bytes_per_set": ses.get("bytes_per_set"),
+        "port_ms": stats["port"],
+    }
+    if "baseline" in stats:
+        timing["baseline_ms"] = stats["baseline"]
+    alt_stats = {k[4:]: v for k, v in stats.items() if k.startswith("alt:") and not k.endswith("#aa")}
+    if alt_stats:
+        timing["alternatives_ms"] = alt_stats
+    aa_slot = next((k[:-3] for k in samples if k.endswith("#aa")), None)
+    noise_pct = None
+    if aa_slot:
+        aa = aa_noise(samples[aa_slot], samples[aa_slot + "#aa"])
+        timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
+        timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
+        noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    rec["timing"] = timing
+
+    # Physical limit: nothing can beat max(flops/peak, bytes/bandwidth).
+    peaks = opts.peaks or DEFAULT_PEAKS
+    peak = peaks.lookup(be.facts.name, be.facts.arch)
+    flops, nbytes = port["flops"], port["min_bytes"]
+    limit_ok = {slot: True for slot in stats}
+    if peak is None:
+        ctx.notes.append(f"no peak entry for device {be.facts.name!r}: physical-limit check not applied")
+    else:
+        fl = floor_ms(flops, nbytes, peak, rec.get("dtype"))
+        for slot, st in stats.items():
+            limit_ok[slot] = st["min"] >= fl["floor_ms"]
+        rec["physical_limit"] = {"floor_ms": fl["floor_ms"], "peak_tflops": fl["peak_tflops"], "peak_gbps": fl["peak_gbps"],
+                                 "passed": limit_ok["port"], "bound": fl["bound"], "dtype_key": fl["dtype_key"],
+                                 "device_peak": peak.name, "source": peak.source,
+                                 "below_floor": sorted(s for s, ok in limit_ok.items() if not ok)}
+    p_med = stats["port"]["median"]
+    rec["tflops"] = round(flops / (p_med * 1e-3) / 1e12, 3) if p_med > 0 else None
+    rec["gbps"] = round(nbytes / (p_med * 1e-3) / 1e9, 3) if p_med > 0 else None
+    rec["pct_of_peak"] = (round(100.0 * rec["tflops"] / rec["physical_limit"]["peak_tflops"], 3)
+                          if rec.get("tflops") is not None and "physical_limit" in rec else None)
+    if not limit_ok["port"]:
+        rec.update(speedup=None, verdict="error",
+                   reason=f"measurement error: port min {stats['port']['min']:.6g} ms is below the physical floor "
+                          f"{rec['physical_limit']['floor_ms']:.6g} ms ({peak.name}: {rec['physical_limit']['peak_tflops']:g} TF, "
+                          f"{peak.gbps:g} GB/s); the timing cannot be real")
+        return
+    post = ses.get("post_timing_parity")
+    if post is not None and not post.get("passed"):
+        rec.update(speedup=None, verdict="parity_failed",
+                   reason=f"port passed isolated parity but failed after the timed rounds (race?): {post.get('error')}")
+        return
+
+    # The reference: the baseline when oracle-correct and proven, else the first such alternative.
+    chosen, rejected = None, []
+    for slot, r in [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]:
+        label = "baseline" if slot == "baseline" else f"alternative {r['name']}"
+        if r["status"] == "missing":
+            rejected.append(f"{label}: not named by the card for {be.kind}")
+        elif r["status"] == "unsupported":
+            rejected.append(f"{label} ({r['ref']}): does not support this shape")
+        elif r["status"] != "ok":
+            rejected.append(f"{label} ({r['ref']}): failed to run")
+        elif not r["parity"]["passed"]:
+            rejected.append(f"{label} ({r['ref']}): fails the fp32 oracle (rel_fro {r['parity'].get('rel_fro', float('nan')):.3g})")
+        elif slot not in stats:
+            rejected.append(f"{label}: not timed")
+        elif not rec["slot_integrity"].get(slot, {}).get("passed", False):
+            rejected.append(f"{label}: slot integrity failed ({rec['slot_integrity'].get(slot, {}).get('reason', 'not checked')})")
+        elif not limit_ok.get(slot, True):
+            rejected.append(f"{label}: its time is below the physical floor (measurement error)")
+        else:
+            chosen = (slot, label, r)
+            break
+    if chosen is None:
+        rec.update(speedup=None, verdict="skipped",
+                   reason="port is oracle-correct and timed, but no oracle-correct reference exists to compare against: "
+                          + "; ".join(rejected))
+        timing["versus"] = "none: " + "; ".join(rejected)
+        return
+    slot, label, r = chosen
+    timing["versus"] = f"{label} ({r['ref']})" + (f"; instead of {'; '.join(rejected)}" if rejected else "")
+    if rejected:
+        ctx.notes.append("speedup is NOT against the baseline: " + "; ".join(rejected))
+    if aa_slot and aa_slot != slot:
+        ctx.notes.append(f"the A/A noise floor was measured on {aa_slot}, not on the reference used ({slot})")
+    s = stats[slot]["median"] / p_med
+    rec["speedup"] = round(s, 4)
+    if rec.get("profile") and ctx.item.pct_gpu:
+        rec["projected_e2e_gain_pct"] = projected_gain_pct(ctx.item.pct_gpu, s)
+    if not be.gpu:
+        rec.update(verdict="cpu_numerics_passed",
+                   reason=f"port matches the oracle; timed on the CPU with {t['method']} (not GPU evidence): {s:.3f}x vs {label}")
+        return
+    noise = (noise_pct or 0.0) / 100.0
+    floor_txt = f"A/A noise {noise_pct:.2f}%" if noise_pct is not None else "no A/A noise floor"
+    if s > 1.0 + noise:
+        expect = ctx.card.data["expects"]["isolated_speedup_min"]
+        rec.update(verdict="validated",
+                   reason=f"port matches the fp32 oracle and is {s:.3f}x vs {label} (median of {stats['port']['samples']} "
+                          f"interleaved rounds; {floor_txt})")
+        if s < expect:
+            ctx.notes.append(f"speedup {s:.3f}x is below the card's isolated_speedup_min {expect}")
+    elif s >= 1.0 - noise:
+        rec.update(verdict="slower", reason=f"no measurable win: {s:.3f}x vs {label} is within the {floor_txt}")
+    else:
+        rec.update(verdict="slower", reason=f"port is slower: {s:.3f}x vs {label} ({floor_txt})")

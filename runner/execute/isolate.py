@@ -1,0 +1,196 @@
+"""Run one harness task in a child process, so a crash, GPU fault or hang fails that row only.
+
+Two ways to start the child, same worker code (``skillrun.execute.worker``):
+
+* ``spawn``: a fresh interpreter (``python -m skillrun.execute.worker task.json result.json``).
+  Clean device state every time; costs an interpreter + torch import per task. Default on GPUs.
+* ``fork``: forked from a zygote process that has torch imported but no GPU context and no
+  Triton (zygote.py). Milliseconds per task. Default on the CPU backend.
+
+Either way the child runs in its own process session: a segfault or abort kills only it, a hang is
+ended at the timeout by killing its process group, and its stdout/stderr are kept so the error in
+the artifact says what happened (a CUDA error message, an LLVM abort). Because Triton is first
+imported inside the child, the CPU backend can set ``TRITON_INTERPRET=1`` before that import, as
+the interpreter requires.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, IO
+
+TAIL_CHARS = 3000
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    text = data[-TAIL_CHARS * 2:].decode("utf-8", "replace")
+    # torch's profiler prints USDT lines to stderr; they are noise in an error message.
+    lines = [ln for ln in text.splitlines() if "USDT:" not in ln]
+    return "\n".join(lines)[-TAIL_CHARS:]
+
+
+def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The parent's environment, with the parent's import path so the child sees the same modules."""
+    env = dict(os.environ)
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([old] if old else [])))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    for k, v in (extra or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGKILL": "killed (out of memory?)",
+                "SIGBUS": "bus error", "SIGFPE": "arithmetic fault", "SIGILL": "illegal instruction"}.get(name, "")
+        return f"child died from {name}" + (f" ({what})" if what else "")
+    return f"child exited with status {code} without a result"
+
+
+class Zygote:
+    """One long-lived zygote per harness process (started on first use, stopped at exit)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.env_key: str | None = None
+
+    def _start(self, env: dict[str, str]) -> None:
+        self.stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "skillrun.execute.zygote"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+                                     start_new_session=True)
+        hello = self._readline(self.proc.stdout, 300)
+        if not hello or not json.loads(hello).get("ready"):
+            self.stop()
+            raise RuntimeError("the zygote did not start")
+        if json.loads(hello).get("triton_loaded"):
+            self.stop()
+            raise RuntimeError("the zygote imported triton at start; TRITON_INTERPRET could not be chosen per task")
+
+    @staticmethod
+    def _readline(stream: IO[str] | None, timeout_s: float) -> str | None:
+        if stream is None:
+            return None
+        ready, _, _ = select.select([stream], [], [], timeout_s)
+        return stream.readline() if ready else None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                if self.proc.stdin:
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc = None
+
+    def run(self, req: dict[str, Any], base_env: dict[str, str]) -> tuple[int, bool]:
+        with self.lock:
+            key = json.dumps(base_env, sort_keys=True)
+            if self.proc is None or self.proc.poll() is not None or key != self.env_key:
+                self._start(base_env)
+                self.env_key = key
+            assert self.proc is not None and self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self._readline(self.proc.stdout, float(req["timeout_s"]) + 60)
+            if not line:
+                self.stop()
+                raise RuntimeError("the zygote stopped answering")
+            ans = json.loads(line)
+            return int(ans["exit"]), bool(ans["timed_out"])
+
+
+_ZYGOTE = Zygote()
+atexit.register(_ZYGOTE.stop)
+
+
+def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | None] | None = None,
+             isolation: str = "spawn") -> dict[str, Any]:
+    """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``."""
+    with tempfile.TemporaryDirectory(prefix="skillrun-child-") as tmp:
+        d = Path(tmp)
+        (d / "task.json").write_text(json.dumps(task))
+        t0 = time.perf_counter()
+        code, timed_out = None, False
+        if isolation == "fork":
+            base = child_env({"TRITON_INTERPRET": None})
+            req = {"task": str(d / "task.json"), "result": str(d / "result.json"), "stdout": str(d / "stdout"),
+                   "stderr": str(d / "stderr"), "env": env or {}, "timeout_s": timeout_s}
+            try:
+                code, timed_out = _ZYGOTE.run(req, base)
+            except (RuntimeError, OSError, ValueError):
+                code = None  # fall back to a fresh interpreter below
+        if code is None:
+            code, timed_out, err = _spawn(d, timeout_s, env)
+            if err:
+                return {"status": "error", "error": err, "wall_s": 0.0}
+        wall = time.perf_counter() - t0
+        result_path = d / "result.json"
+        if not timed_out and result_path.exists():
+            try:
+                res = json.loads(result_path.read_text())
+                res.setdefault("status", "error")
+                res["wall_s"] = round(wall, 3)
+                if code != 0:
+                    res.setdefault("notes", []).append(f"child exit status {code} after writing its result")
+                return res
+            except json.JSONDecodeError as exc:
+                return {"status": "error", "error": f"unreadable child result: {exc}", "wall_s": round(wall, 3)}
+        msg = f"timed out after {timeout_s:g} s (hang?); child killed" if timed_out else describe_exit(code)
+        tail = _tail(d / "stderr") or _tail(d / "stdout")
+        return {"status": "error", "error": msg, "fault": "timeout" if timed_out else "crash", "exit_code": code,
+                "stderr_tail": tail, "wall_s": round(wall, 3)}
+
+
+def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None) -> tuple[int, bool, str | None]:
+    out, err = open(d / "stdout", "wb"), open(d / "stderr", "wb")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "skillrun.execute.worker", str(d / "task.json"), str(d / "result.json")],
+            stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env), start_new_session=True,
+        )
+    except OSError as exc:
+        out.close()
+        err.close()
+        return -1, False, f"cannot start child: {exc}"
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: it and anything it spawned
+        except ProcessLookupError:
+            pass
+        code = proc.wait()
+    finally:
+        out.close()
+        err.close()
+    return code, timed_out, None

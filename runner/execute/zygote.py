@@ -1,0 +1,89 @@
+"""A pre-warmed parent for harness children: imports torch once, then forks one child per task.
+
+Starting a fresh interpreter costs seconds (importing torch), which dominates CPU-only runs of
+small tasks. The zygote pays that once; each task is still its own process (``os.fork``) in its
+own session, so a segfault, abort or hang still fails only that task. The zygote never imports
+Triton and never initializes a GPU, so a child can choose ``TRITON_INTERPRET`` before Triton is
+first imported and can initialize its own device context.
+
+Protocol (one JSON object per line): the harness writes
+``{"task": path, "result": path, "stdout": path, "stderr": path, "env": {...}, "timeout_s": s}``;
+the zygote answers ``{"exit": code, "timed_out": bool}`` (code < 0: killed by that signal).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _child(req: dict) -> None:
+    os.setsid()
+    for fd, key in ((1, "stdout"), (2, "stderr")):
+        f = os.open(req[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    for k, v in (req.get("env") or {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    code = 1
+    try:
+        from skillrun.execute import worker
+
+        code = worker.main(["worker", req["task"], req["result"]])
+    except BaseException:  # noqa: BLE001 - anything left is this task's failure, reported by exit code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pid: int, timeout_s: float) -> tuple[int, bool]:
+    deadline = time.monotonic() + timeout_s
+    delay = 0.002
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the child's own session/group
+            except ProcessLookupError:
+                pass
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status), True
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def main() -> int:
+    import torch  # noqa: F401  (the point of the zygote: children inherit it imported)
+    import torch.profiler  # noqa: F401
+
+    import skillrun.execute.worker  # noqa: F401
+
+    out = sys.stdout
+    out.write(json.dumps({"ready": True, "triton_loaded": "triton" in sys.modules}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(req)
+        code, timed_out = _wait(pid, float(req.get("timeout_s", 600)))
+        out.write(json.dumps({"exit": code, "timed_out": timed_out}) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

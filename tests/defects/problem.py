@@ -1,0 +1,34 @@
+"""Toy problem for the harness tests: an fp16 GEMM, out = a @ b, fp16 output.
+
+Small enough for the CPU (and the Triton interpreter) at the test shapes, real enough on a GPU
+(torch.mm -> cuBLAS) to exercise timing and kernel-name integrity.
+"""
+from __future__ import annotations
+
+import torch
+
+SHAPE_KEYS = ("M", "N", "K")
+
+
+def make_inputs(shape: dict, seed: int, device: str) -> dict:
+    m, n, k = (int(shape[x]) for x in SHAPE_KEYS)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(m, k, generator=gen, device=device, dtype=torch.float32).to(torch.float16)
+    b = torch.randn(k, n, generator=gen, device=device, dtype=torch.float32).to(torch.float16)
+    return {"a": a, "b": b}
+
+
+def oracle(inputs: dict) -> torch.Tensor:
+    return inputs["a"].float() @ inputs["b"].float()
+
+
+def output_like(shape: dict, device: str) -> torch.Tensor:
+    return torch.empty(int(shape["M"]), int(shape["N"]), dtype=torch.float16, device=device)
+
+
+def flops(shape: dict) -> float:
+    return 2.0 * shape["M"] * shape["N"] * shape["K"]
+
+
+def min_bytes(shape: dict) -> float:
+    return 2.0 * (shape["M"] * shape["K"] + shape["K"] * shape["N"] + shape["M"] * shape["N"])
