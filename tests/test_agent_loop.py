@@ -1,7 +1,6 @@
 """The agent loop, driven by LangChain fake chat models that issue real tool calls."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -207,7 +206,10 @@ def test_full_loop_on_the_h200_trace(real_kb):
         assert "sm_90" in shown["front_matter"]["match"]["gens"]
     if "check_skill" in names:
         check = res.tool_calls[names.index("check_skill")]["result"]
-        if importlib.util.find_spec("skillrun.check") is None:
+        try:
+            from skillrun.check import check_skill  # noqa: F401
+        except ImportError:
+            # Until the compile-check module lands, the tool answers with a readable error naming it.
             assert check["ok"] is False and "skillrun.check" in check["error"]
         else:
             assert check["ok"] is True and check["kind"].startswith("compile_only") and isinstance(check["passed"], bool)
