@@ -5,3 +5,6 @@ from skillrun.cli import app as _app
 from skillrun.profile_cli import register as _register_profile
 
 _register_profile(_app)
+from skillrun.agent.cli import register as _register_agent
+
+_register_agent(_app)
