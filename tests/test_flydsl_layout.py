@@ -1,0 +1,252 @@
+"""Host-side checks of the FlyDSL ports' layout math (no GPU, no FlyDSL compile).
+
+The kernels compute every address with the functions in ``kernels/<family>/layout.py``. Here the
+same functions run on torch integer tensors to simulate what each lane of each workgroup fetches
+from the *prepared* buffers, the MFMA tile products are assembled in fp32 following the MFMA
+operand/accumulator lane conventions, and the result is compared with the problem's fp32 oracle.
+A deliberately broken layout must make the simulation disagree with the oracle.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillrun_kernels._flydsl import layoutmath as LM
+from skillrun_kernels.fp8_blockscale_gemm import layout as BL
+from skillrun_kernels.fp8_blockscale_gemm import problem as bs_problem
+
+LANES = torch.arange(64)
+
+
+def fp8_bytes_to_f32(b: torch.Tensor) -> torch.Tensor:
+    return b.to(torch.uint8).view(torch.float8_e4m3fn).float()
+
+
+def gather(buf: torch.Tensor, offsets: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """Bytes ``[off, off+nbytes)`` per offset, 0 past the end (a bounded buffer descriptor)."""
+    idx = offsets.unsqueeze(-1) + torch.arange(nbytes)
+    ok = (idx >= 0) & (idx < buf.numel())
+    return torch.where(ok, buf[idx.clamp(0, buf.numel() - 1)], torch.zeros((), dtype=buf.dtype))
+
+
+def mfma_f8_16x16x128(a_frag: torch.Tensor, b_frag: torch.Tensor) -> torch.Tensor:
+    """16x16x128 fp8 MFMAs from per-lane 32-byte fragments -> per-lane 4 f32 results.
+
+    ``a_frag [MI, 64, 32]`` and ``b_frag [NI, 64, 32]`` give all ``MI x NI`` products at once.
+    Lane ``l`` supplies A row ``l%16`` / B column ``l%16``; lane group ``g = l//16`` supplies the
+    same 32 K slots for A and B, so the product sums over groups and slots. Result element ``i`` of
+    lane ``l`` is row ``acc_row(l, i)``, column ``acc_col(l)``. Returns ``[MI, NI, 64, 4]``.
+    """
+    a = fp8_bytes_to_f32(a_frag).view(-1, 4, 16, 32)  # [mi, group, row, slot]
+    b = fp8_bytes_to_f32(b_frag).view(-1, 4, 16, 32)  # [ni, group, col, slot]
+    tile = torch.einsum("mgrs,ngcs->mnrc", a, b)  # [mi, ni, 16 rows, 16 cols]
+    rows = torch.stack([LM.acc_row(LANES, i) for i in range(4)], dim=1)  # [64, 4]
+    cols = LM.acc_col(LANES).unsqueeze(1).expand(64, 4)
+    return tile[:, :, rows, cols]
+
+
+def simulate_blockscale(prep: dict, tile_m: int, tile_n: int, tile_k: int, xcd_swizzle: int,
+                        waves_m: int = 1, waves_n: int = 4, lay=BL) -> torch.Tensor:
+    """Run every workgroup's address math on the prepared buffers and return C in fp32.
+
+    ``waves_m x waves_n`` waves split the tile (4-wave core: 1x4; 8-wave core: 2x4 with 64-row halves).
+    """
+    M, N, K = prep["M"], prep["N"], prep["K"]
+    a, b, sa, sb = prep["a"], prep["b_shuf"], prep["a_scale_t"], prep["b_scale"]
+    n16 = -(-N // 16) * 16
+    grid_m, grid_n = -(-M // tile_m), -(-n16 // tile_n)
+    rows_per_wave, cols_per_wave = tile_m // waves_m, tile_n // waves_n
+    out = torch.full((M, N), float("nan"))
+    seen = torch.zeros(grid_m, grid_n, dtype=torch.int64)
+    nthreads = 64 * waves_m * waves_n
+    for pid in range(grid_m * grid_n):
+        pm, pn = lay.tile_of(pid, grid_m, grid_n, xcd_swizzle)
+        seen[pm, pn] += 1
+        m0, n0 = pm * tile_m, pn * tile_n
+        acc = {}
+        for kt in range(K // tile_k):
+            # Global -> LDS copy of the A tile, through the kernel's copy map and swizzle.
+            lds = torch.zeros(tile_m * tile_k, dtype=torch.uint8)
+            threads = torch.arange(nthreads)
+            for s in range(tile_m * tile_k // (16 * nthreads)):
+                row, kbyte = lay.tile_copy_coords(threads, s, tile_k, nthreads)
+                src = torch.where(m0 + row < M, (m0 + row) * K + kt * tile_k + kbyte, torch.full_like(row, a.numel()))
+                data = gather(a, src, 16)
+                dst = lay.lds_swizzle_offset(row, kbyte, tile_k).unsqueeze(-1) + torch.arange(16)
+                lds[dst.reshape(-1)] = data.reshape(-1)
+            for wm in range(waves_m):
+                for wn in range(waves_n):
+                    wrow = wm * rows_per_wave
+                    wcol = n0 + lay.wave_columns(wn, tile_n, waves_n)
+                    m_rep, n_acc = rows_per_wave // 16, cols_per_wave // 16
+                    mis, nis = torch.arange(m_rep).view(-1, 1), torch.arange(n_acc).view(-1, 1)
+                    for kbl in range(tile_k // 128):
+                        kb = kt * (tile_k // 128) + kbl
+                        r = wrow + mis * 16 + lay.operand_row(LANES)  # [mi, 64]
+                        a_frag = torch.cat([
+                            gather(lds, lay.lds_swizzle_offset(r, lay.frag_chunk_k(LANES, h) + kbl * 128, tile_k), 16)
+                            for h in (0, 1)], dim=-1)
+                        srow = m0 + wrow + mis * 16 + lay.acc_row(LANES, 0)  # [mi, 64]
+                        sidx = lay.a_scale_index(srow, kb, M).unsqueeze(-1) + torch.arange(4)
+                        sa_v = sa[sidx.clamp(0, sa.numel() - 1)]  # [mi, 64, 4]
+                        col = wcol + nis * 16 + lay.operand_row(LANES)  # [ni, 64]
+                        b_frag = torch.cat([gather(b, lay.b_frag_offset(col, kb, LANES, h, K), 16) for h in (0, 1)], dim=-1)
+                        blk = mfma_f8_16x16x128(a_frag, b_frag)  # [mi, ni, 64, 4]
+                        sbi = lay.b_scale_index(wcol + nis.view(-1) * 16, kb, K)
+                        sb_s = torch.where(sbi < sb.numel(), sb[sbi.clamp(0, sb.numel() - 1)], torch.zeros(()))
+                        contrib = blk * (sa_v[:, None] * sb_s.view(1, -1, 1, 1))
+                        key = (wm, wn)
+                        acc[key] = acc.get(key, torch.zeros_like(contrib)) + contrib
+        for (wm, wn), v in acc.items():
+            for mi in range(v.shape[0]):
+                for ni in range(v.shape[1]):
+                    rows = m0 + wm * rows_per_wave + mi * 16 + torch.stack([lay.acc_row(LANES, i) for i in range(4)], 1)
+                    cols = (n0 + lay.wave_columns(wn, tile_n, waves_n) + ni * 16 + lay.acc_col(LANES)).unsqueeze(1).expand(64, 4)
+                    ok = (rows < M) & (cols < N)
+                    out[rows[ok], cols[ok]] = v[mi, ni][ok]
+    assert int(seen.min()) == 1 and int(seen.max()) == 1, "rasterization must visit every tile exactly once"
+    return out
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    if not torch.isfinite(out).all():
+        return math.inf
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+BS_SHAPE = {"M": 80, "N": 272, "K": 512}  # ragged M, N not a multiple of 128 or of tile_n
+
+
+@pytest.fixture(scope="module")
+def bs_case():
+    inputs = bs_problem.make_inputs(BS_SHAPE, seed=3, device="cpu")
+    return BL.prepare(inputs), bs_problem.oracle(inputs)
+
+
+@pytest.mark.parametrize("tiles,xcd", [((64, 256, 128), 0), ((32, 128, 256), 2), ((16, 64, 256), 1)])
+def test_blockscale_4wave_fetches_reproduce_the_oracle(bs_case, tiles, xcd):
+    prep, ref = bs_case
+    out = simulate_blockscale(prep, *tiles, xcd_swizzle=xcd)
+    assert rel_err(out, ref) < 1e-5
+
+
+def test_blockscale_8wave_fetches_reproduce_the_oracle(bs_case):
+    prep, ref = bs_case
+    out = simulate_blockscale(prep, 128, 256, 128, xcd_swizzle=0, waves_m=2, waves_n=4)
+    assert rel_err(out, ref) < 1e-5
+
+
+class _BrokenPreshuffle:
+    """The block-scale layout with the 16x16 preshuffle's row/column roles swapped in the reader."""
+
+    def __getattr__(self, name):
+        return getattr(BL, name)
+
+    @staticmethod
+    def b_frag_offset(col, kb, lane, half, K):
+        k = kb * 128 + BL.frag_chunk_k(lane, half)
+        # Wrong: treats the 16-byte chunk as column-major (n and k swapped inside a 256-byte tile).
+        return (col // 16) * 16 * K + (k // 16) * 256 + (k % 16) * 16 + (col % 16)
+
+
+class _BrokenFragment:
+    """A-side fragment halves read 32 bytes apart instead of 64 (B keeps the right convention)."""
+
+    def __getattr__(self, name):
+        return getattr(BL, name)
+
+    @staticmethod
+    def frag_chunk_k(lane, half):
+        return (lane // 16) * 32 + half * 16
+
+
+@pytest.mark.parametrize("broken", [_BrokenPreshuffle(), _BrokenFragment()], ids=["preshuffle", "fragment"])
+def test_a_broken_layout_fails_the_simulation(bs_case, broken):
+    prep, ref = bs_case
+    out = simulate_blockscale(prep, 64, 256, 128, xcd_swizzle=0, lay=broken)
+    assert rel_err(out, ref) > 0.1
+
+
+def test_transposed_scale_index_matches_the_problem_layout(bs_case):
+    prep, _ = bs_case
+    inputs = bs_problem.make_inputs(BS_SHAPE, seed=3, device="cpu")
+    M, K = BS_SHAPE["M"], BS_SHAPE["K"]
+    rows, kbs = torch.meshgrid(torch.arange(M), torch.arange(K // 128), indexing="ij")
+    assert torch.equal(prep["a_scale_t"][BL.a_scale_index(rows, kbs, M)], inputs["a_scale"])
+    cols = torch.arange(BS_SHAPE["N"])
+    for kb in range(K // 128):
+        assert torch.equal(prep["b_scale"][BL.b_scale_index(cols, kb, K)], inputs["b_scale"][cols // 128, kb])
+
+
+# ---------------------------------------------------------------- preshuffle and lane maps
+@given(n16=st.integers(1, 6), k16=st.integers(1, 12))
+@settings(max_examples=40, deadline=None)
+def test_preshuffle_offset_is_a_bijection_and_matches_the_host_shuffle(n16, k16):
+    N, K = 16 * n16, 16 * k16
+    w = torch.randint(0, 256, (N, K), dtype=torch.uint8)
+    flat = BL.preshuffle_b(w)
+    n, k = torch.meshgrid(torch.arange(N), torch.arange(K), indexing="ij")
+    off = BL.preshuffle_offset(n, k, K)
+    assert torch.equal(flat[off], w)
+    assert torch.equal(torch.sort(off.reshape(-1)).values, torch.arange(N * K))
+    n2, k2 = BL.preshuffle_inverse(off, K)
+    assert torch.equal(n2, n) and torch.equal(k2, k)
+    assert torch.equal(BL.unshuffle_b(flat, N, K), w)
+
+
+def test_operand_fragment_covers_each_k_once_per_lane_group():
+    for g in range(4):
+        ks = sorted(BL.frag_kbyte(16 * g + r, j) for r in range(1) for j in range(32))
+        assert len(set(ks)) == 32
+    allk = sorted(BL.frag_kbyte(16 * g, j) for g in range(4) for j in range(32))
+    assert allk == list(range(128))
+    assert [BL.frag_chunk_k(l, 0) for l in (0, 16, 32, 48)] == [0, 16, 32, 48]
+    assert [BL.frag_chunk_k(l, 1) for l in (0, 16, 32, 48)] == [64, 80, 96, 112]
+
+
+def test_accumulator_lane_map_tiles_16x16_once():
+    cells = {(int(LM.acc_row(l, i)), int(LM.acc_col(l))) for l in range(64) for i in range(4)}
+    assert cells == {(r, c) for r in range(16) for c in range(16)}
+
+
+@given(rows=st.integers(1, 64), chunks_log=st.integers(0, 4))
+@settings(max_examples=30, deadline=None)
+def test_lds_swizzle_is_a_bijection_on_the_tile(rows, chunks_log):
+    row_bytes = 16 << chunks_log
+    r, kb = torch.meshgrid(torch.arange(rows), torch.arange(row_bytes), indexing="ij")
+    off = LM.lds_swizzle_offset(r, kb, row_bytes)
+    assert torch.equal(torch.sort(off.reshape(-1)).values, torch.arange(rows * row_bytes))
+
+
+# ---------------------------------------------------------------- rasterization bijections
+@given(grid_m=st.integers(1, 70), grid_n=st.integers(1, 70), group=st.integers(0, 9), xcds=st.sampled_from([1, 3, 8]))
+@settings(max_examples=200, deadline=None)
+def test_tile_of_is_a_bijection_over_the_grid(grid_m, grid_n, group, xcds):
+    pids = torch.arange(grid_m * grid_n)
+    pm, pn = LM.tile_of(pids, grid_m, grid_n, group, xcds)
+    assert int(pm.min()) >= 0 and int(pm.max()) < grid_m and int(pn.min()) >= 0 and int(pn.max()) < grid_n
+    assert torch.unique(pm * grid_n + pn).numel() == grid_m * grid_n
+    # The scalar path (what a kernel traces per workgroup) agrees with the vectorized one.
+    for p in (0, grid_m * grid_n - 1, (grid_m * grid_n) // 2):
+        assert LM.tile_of(p, grid_m, grid_n, group, xcds) == (int(pm[p]), int(pn[p]))
+
+
+@given(n=st.integers(1, 5000), xcds=st.sampled_from([2, 8]))
+@settings(max_examples=200, deadline=None)
+def test_xcd_remap_is_a_bijection_with_remainders(n, xcds):
+    pids = torch.arange(n)
+    ids = LM.xcd_remap(pids, n, xcds)
+    assert torch.equal(torch.sort(ids).values, pids)
+    # Each XCD's workgroups get one contiguous run of ids.
+    for x in range(min(xcds, n)):
+        run = torch.sort(ids[pids % xcds == x]).values
+        assert torch.equal(run, torch.arange(int(run[0]), int(run[0]) + run.numel()))
+
+
+def test_xcd_remap_unbalanced_example():
+    # 10 workgroups on 8 XCDs: XCDs 0 and 1 get two each, the rest one.
+    assert [LM.xcd_remap(p, 10, 8) for p in range(10)] == [0, 2, 4, 5, 6, 7, 8, 9, 1, 3]
