@@ -250,3 +250,91 @@ def test_xcd_remap_is_a_bijection_with_remainders(n, xcds):
 def test_xcd_remap_unbalanced_example():
     # 10 workgroups on 8 XCDs: XCDs 0 and 1 get two each, the rest one.
     assert [LM.xcd_remap(p, 10, 8) for p in range(10)] == [0, 2, 4, 5, 6, 7, 8, 9, 1, 3]
+
+
+# ---------------------------------------------------------------- batched row-wise fp8 GEMM
+from skillrun_kernels.fp8_rowwise_batched_gemm import layout as RL  # noqa: E402
+from skillrun_kernels.fp8_rowwise_batched_gemm import problem as rw_problem  # noqa: E402
+
+
+def simulate_rowwise(prep: dict, tile_m: int, tile_n: int, tile_k: int, xcd_swizzle: int, lay=RL) -> torch.Tensor:
+    """Every (batch, workgroup): batch windows, A through the swizzled LDS tile, B fragments, epilogue scales."""
+    B, M, N, K = prep["B"], prep["M"], prep["N"], prep["K"]
+    n16 = -(-N // 16) * 16
+    grid_m, grid_n = -(-M // tile_m), -(-n16 // tile_n)
+    out = torch.full((B, M, N), float("nan"))
+    m_rep, n_acc = tile_m // 16, tile_n // 64
+    mis, nis = torch.arange(m_rep).view(-1, 1), torch.arange(n_acc).view(-1, 1)
+    for bz in range(B):
+        x = prep["xq"][bz * M * K:(bz + 1) * M * K]  # the batch's descriptor window
+        w = prep["wq_shuf"][bz * n16 * K:(bz + 1) * n16 * K]
+        xs = prep["x_scale"][bz * M:(bz + 1) * M]
+        ws = prep["w_scale"][bz * N:(bz + 1) * N]
+        for pid in range(grid_m * grid_n):
+            pm, pn = lay.tile_of(pid, grid_m, grid_n, xcd_swizzle)
+            m0, n0 = pm * tile_m, pn * tile_n
+            acc = torch.zeros(4, m_rep, n_acc, 64, 4)
+            for kt in range(K // tile_k):
+                lds = torch.zeros(tile_m * tile_k, dtype=torch.uint8)
+                threads = torch.arange(256)
+                for s in range(tile_m * tile_k // 4096):
+                    row, kbyte = lay.tile_copy_coords(threads, s, tile_k, 256)
+                    data = gather(x, (m0 + row) * K + kt * tile_k + kbyte, 16)
+                    dst = lay.lds_swizzle_offset(row, kbyte, tile_k).unsqueeze(-1) + torch.arange(16)
+                    lds[dst.reshape(-1)] = data.reshape(-1)
+                for wn in range(4):
+                    wcol = n0 + lay.wave_columns(wn, tile_n, 4)
+                    for ks in range(tile_k // 128):
+                        kstep = kt * (tile_k // 128) + ks
+                        r = mis * 16 + lay.operand_row(LANES)
+                        a_frag = torch.cat([gather(lds, lay.lds_swizzle_offset(r, lay.frag_chunk_k(LANES, h) + ks * 128, tile_k), 16)
+                                            for h in (0, 1)], dim=-1)
+                        col = wcol + nis * 16 + lay.operand_row(LANES)
+                        b_frag = torch.cat([gather(w, lay.b_frag_offset(col, kstep, LANES, h, K), 16) for h in (0, 1)], dim=-1)
+                        acc[wn] += mfma_f8_16x16x128(a_frag, b_frag)
+            for wn in range(4):
+                for mi in range(m_rep):
+                    rows = m0 + mi * 16 + torch.stack([lay.acc_row(LANES, i) for i in range(4)], 1)
+                    xs_v = torch.where(rows < M, xs[rows.clamp(max=M - 1)], torch.zeros(()))
+                    for ni in range(n_acc):
+                        cols = (n0 + lay.wave_columns(wn, tile_n, 4) + ni * 16 + lay.acc_col(LANES)).unsqueeze(1).expand(64, 4)
+                        ws_v = torch.where(cols < N, ws[cols.clamp(max=N - 1)], torch.zeros(()))
+                        ok = (rows < M) & (cols < N)
+                        out[bz, rows[ok], cols[ok]] = (acc[wn, mi, ni] * xs_v * ws_v)[ok]
+    return out
+
+
+RW_SHAPE = {"batch": 3, "M": 40, "N": 208, "K": 512}
+
+
+@pytest.fixture(scope="module")
+def rw_case():
+    inputs = rw_problem.make_inputs(RW_SHAPE, seed=5, device="cpu")
+    return RL.prepare(inputs), rw_problem.oracle(inputs)
+
+
+@pytest.mark.parametrize("tiles,xcd", [((32, 128, 256), 1), ((16, 64, 256), 0)])
+def test_rowwise_batched_fetches_reproduce_the_oracle(rw_case, tiles, xcd):
+    prep, ref = rw_case
+    assert rel_err(simulate_rowwise(prep, *tiles, xcd), ref) < 1e-5
+
+
+def test_rowwise_broken_batch_window_fails(rw_case):
+    prep, ref = rw_case
+    broken = dict(prep)
+    # A window computed with N instead of N16 (= the real bug class of a wrong per-batch stride).
+    n, k = prep["N"], prep["K"]
+    broken["wq_shuf"] = torch.roll(prep["wq_shuf"], shifts=16 * k)
+    assert rel_err(simulate_rowwise(broken, 32, 128, 256, 1), ref) > 0.1
+    assert n % 16 == 0  # the roll is a whole 16-row block, so only the window start is wrong
+
+
+def test_rowwise_default_config_respects_the_occupancy_rule():
+    from skillrun_kernels.fp8_rowwise_batched_gemm.flydsl_gfx950 import MIN_WORKGROUPS, select_default_config
+
+    for (B, M, N, K) in [(16, 1, 1280, 8192), (16, 4096, 8192, 1024), (1, 64, 4096, 4096), (2, 300, 512, 768)]:
+        cfg = select_default_config(B, M, N, K)
+        assert K % cfg["tile_k"] == 0 and (cfg["tile_m"] * cfg["tile_k"]) % 4096 == 0
+        tiles = -(-M // cfg["tile_m"]) * -(-N // cfg["tile_n"]) * B
+        smallest = -(-M // 16) * -(-N // 64) * B
+        assert tiles >= MIN_WORKGROUPS or tiles == smallest

@@ -85,6 +85,11 @@ def i64(v) -> ir.Value:
     return _arith.extsi(i64_t(), r)
 
 
+def mul64(a, b) -> ir.Value:
+    """``a * b`` in 64-bit (batch and expert windows can exceed 2 GiB in total)."""
+    return _arith.muli(i64(a), i64(b))
+
+
 def f32_const(x: float) -> ir.Value:
     return _arith.constant(f32_t(), float(x))
 
@@ -325,6 +330,10 @@ def if_then(cond: ir.Value, then: Callable[[], None]) -> None:
 
 def cmp_lt(a, b) -> ir.Value:
     return _arith.cmpi(_arith.CmpIPredicate.slt, raw(a), raw(b))
+
+
+def select_i32(cond: ir.Value, a, b) -> "fx.Int32":
+    return I32(_arith.select(cond, raw(a), raw(b)))
 
 
 def and_(a: ir.Value, b: ir.Value) -> ir.Value:
