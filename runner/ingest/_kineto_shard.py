@@ -35,6 +35,47 @@ _GRAPH_LAUNCH = b"GraphLaunch"
 _SIG_KEYS = ("Concrete Inputs", "Input type", "Input Strides", "Input Dims")
 
 
+_RX_CACHE: dict = {}
+
+
+def _regex(prefixes: dict[bytes, bytes]) -> re.Pattern:
+    """One regex for every event the fast path reads, starting with the file's literal spelling
+    of ``"cat": "`` so that sre's literal-prefix search skips most of the bytes.
+
+    Kernels are not in it: their names are long (templates) and sre walks a character class
+    slowly, so :meth:`Shard._scan_kernels` finds them with ``bytes.find`` instead.
+    Alternatives (named groups): cpu_op (ox), runtime/driver launch
+    (ln, lt, ls, lx, lc); a last alternative (bad) matches any of those categories whose layout
+    the others did not recognize, which sends the chunk to the full parser.
+    """
+    key = prefixes[CATS_KERNEL]
+    rx = _RX_CACHE.get(key)
+    if rx is not None:
+        return rx
+    k = prefixes[CATS_KERNEL]
+    head = k[:k.index(b'"kernel"') + 1]  # '"cat": "'
+    mid = k[k.index(b'"kernel"') + len(b'"kernel'):]  # '", "name": "'
+    e = re.escape
+    fields = (rb'\s*,\s*"pid"\s*:\s*-?\d+\s*,\s*"tid"\s*:\s*(?P<%s>-?\d+)\s*,\s*"ts"\s*:\s*(?P<%s>-?[0-9.eE+-]+)'
+              rb'\s*,\s*"dur"\s*:\s*[-0-9.eE+]+\s*,\s*"args"\s*:\s*\{\s*')
+    rx = re.compile(
+        e(head) + rb"(?:"
+        + rb"cpu_op" + e(mid) + rb'[^{"\\]*"\s*,[^{]*\{\s*"External id"\s*:\s*(?P<ox>\d+)'
+        + rb"|cuda_(?:runtime|driver)" + e(mid) + rb'(?P<ln>[^"\\]*)"'
+        + (fields % (b"lt", b"ls"))
+        + rb'(?:"External id"\s*:\s*(?P<lx>\d+)\s*,\s*)?(?:"[^"{}]*"\s*:\s*[^,{}\[\]]*,\s*)*?'
+        rb'"correlation"\s*:\s*(?P<lc>\d+)'
+        + rb'|(?P<bad>cpu_op|cuda_runtime|cuda_driver)"'
+        + rb")")
+    _RX_CACHE[key] = rx
+    return rx
+
+
+# What follows a kernel's name, up to the opening brace of its args.
+_KTAIL = re.compile(rb'"\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*[^,]*,\s*"ts"\s*:\s*[-0-9.eE+]+\s*,\s*'
+                    rb'"dur"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"args"\s*:\s*\{')
+
+
 class ChunkMismatch(Exception):
     """The chunk does not have the layout the fast path expects."""
 
@@ -110,6 +151,9 @@ class Shard:
         self.ops: dict[int, tuple] = {}  # ext → (opkey id, ts, dur, tid)
         self.opkey_ids: dict[tuple, int] = {}
         self.opkeys: list[tuple] = []  # id → (name str, sig bytes, has_dims)
+        self.op_pos: dict[int, int] = {}  # ext → file offset of a not-yet-parsed cpu_op
+        self.path: Optional[str] = None
+        self.prefixes: Optional[dict] = None
         self.fast_chunks = 0
         self.slow_chunks = 0
         self.events_bad = 0
@@ -199,17 +243,18 @@ class Shard:
                 self._launch(name, _tid(ev.get("tid")), ts if ts is not None else -1.0, args)
 
     # ------------------------------------------------------------------ fast path: raw bytes
-    def scan_chunk(self, buf: bytes, prefixes: dict[bytes, bytes]) -> None:
-        """Read one chunk (whole events only). Falls back to a full parse on any surprise."""
-        mark = (len(self.kname), len(self.launches), len(self.ops), self.graph_launches, len(self.names),
-                len(self.opkeys))
+    def scan_chunk(self, buf: bytes, prefixes: dict[bytes, bytes], base: int = -1) -> None:
+        """Read one chunk of whole events; ``base`` is its file offset (-1: not a file).
+
+        With a file offset, ``cpu_op`` events are only indexed (External id → offset) and
+        parsed later, and only if a kernel links to them: most ops never launch a kernel.
+        Falls back to a full parse of the chunk on any surprise.
+        """
+        mark = (len(self.kname), self.graph_launches, len(self.names), len(self.opkeys), self.hip, self.cuda)
         try:
-            n_k = self._scan_kernels(buf, prefixes[CATS_KERNEL])
-            if n_k != buf.count(b'"kernel"'):
-                raise ChunkMismatch("kernel count")
-            for cat in CATS_LAUNCH:
-                self._scan_launches(buf, prefixes[cat])
-            self._scan_ops(buf, prefixes[CAT_OP])
+            self._scan_fast(buf, _regex(prefixes), base, prefixes[CATS_KERNEL])
+            if base < 0:
+                self._scan_ops(buf, prefixes[CAT_OP])
             self.fast_chunks += 1
         except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
             self._rollback(mark)
@@ -220,29 +265,94 @@ class Shard:
                 raise ValueError(f"invalid JSON in the event list ({exc})") from None
             self.add_events(events)
 
+    def _scan_fast(self, buf: bytes, rx: re.Pattern, base: int, kprefix: bytes) -> None:
+        launches = self.launches
+        pos = self.op_pos
+        for m in rx.finditer(buf):
+            g = m.lastgroup
+            if g == "ox":
+                if base >= 0:
+                    pos[int(m.group("ox"))] = base + m.start()
+            elif g == "lc":
+                name, tid, ts, ext, corr = m.group("ln", "lt", "ls", "lx", "lc")
+                graph = _GRAPH_LAUNCH in name
+                if graph:
+                    self.graph_launches += 1
+                if name[:3] == b"hip":
+                    self.hip = True
+                elif name[:2] == b"cu":
+                    self.cuda = True
+                launches[int(corr)] = (int(ext) if ext else -1, graph, int(tid), float(ts))
+            else:
+                raise ChunkMismatch("unrecognized event layout")
+        n_kernels = self._scan_kernels(buf, kprefix)
+        # Guard against kernel events spelled differently from the detected prefix.
+        if n_kernels != buf.count(b'"kernel"'):
+            raise ChunkMismatch("kernel count")
+
+    def _scan_kernels(self, buf: bytes, prefix: bytes) -> int:
+        find = buf.find
+        match = _KTAIL.match
+        loads = orjson.loads
+        name_ids = self.name_ids
+        kname, kdur, kcorr, kext, kdev, kgraph = (self.kname, self.kdur, self.kcorr, self.kext, self.kdev,
+                                                  self.kgraph)
+        lp = len(prefix)
+        n = 0
+        i = find(prefix)
+        while i >= 0:
+            j = i + lp
+            q = find(b'"', j)
+            if q < 0 or buf[q - 1] == 92:  # no end, or an escaped quote inside the name
+                raise ChunkMismatch("kernel name")
+            m = match(buf, q)
+            if m is None:
+                raise ChunkMismatch("kernel layout")
+            a0 = m.end() - 1
+            a1 = find(b"}", a0)
+            a = loads(buf[a0:a1 + 1])
+            name = buf[j:q]
+            nid = name_ids.get(name)
+            if nid is None:
+                nid = self._name_id(name)
+            kname.append(nid)
+            kdur.append(float(m.group(1)))
+            c = a.get("correlation")
+            kcorr.append(c if type(c) is int and c >= 0 else -1)
+            x = a.get("External id")
+            kext.append(x if type(x) is int and x >= 0 else -1)
+            d = a.get("device")
+            kdev.append(d if type(d) is int and d >= 0 else -1)
+            gi = a.get("graph id")
+            kgraph.append(1 if (gi is not None and gi != 0 and gi != -1) else 0)
+            if nid not in self.kgrid:
+                self.kgrid[nid] = (a.get("grid"), a.get("block"))
+            n += 1
+            i = find(prefix, a1)
+        return n
+
     def _rollback(self, mark: tuple) -> None:
-        nk, _nl, _no, ng, nn, nok = mark
+        nk, ng, nn, nok, hip, cuda = mark
         for col in (self.kname, self.kdur, self.kcorr, self.kext, self.kdev, self.kgraph):
             del col[nk:]
-        # Launch/op dicts are keyed by unique ids, so re-adding the same events overwrites them
-        # with identical values; only counters and id tables need undoing.
-        self.graph_launches = ng
+        # Launch/op entries are keyed by unique ids: re-reading the chunk overwrites them with
+        # the same facts. Only counters and id tables need undoing.
+        self.graph_launches, self.hip, self.cuda = ng, hip, cuda
         for raw in [r for r, i in self.name_ids.items() if i >= nn]:
             del self.name_ids[raw]
         del self.names[nn:]
-        for k in [k for k, i in self.kgrid.items() if i >= nn]:
+        for k in [k for k in self.kgrid if k >= nn]:
             del self.kgrid[k]
         for key in [k for k, i in self.opkey_ids.items() if i >= nok]:
             del self.opkey_ids[key]
         del self.opkeys[nok:]
-        # ops/launches added in this chunk may point at removed opkey ids: drop those entries.
         for ext in [e for e, v in self.ops.items() if v[0] >= nok]:
             del self.ops[ext]
 
     @staticmethod
-    def _fields(buf: bytes, start: int) -> list:
+    def _fields(buf: bytes, start: int, first: int = 2048) -> list:
         """Split the event text after the name's opening quote into its leading fields."""
-        for width in (2048, 1 << 16, 1 << 22):
+        for width in (first, 1 << 16, 1 << 22):
             s = buf[start:start + width].split(b'"', 12)
             if len(s) == 13 and b"}" in s[12]:
                 return s
@@ -256,91 +366,52 @@ class Shard:
                 and s[11].rstrip().endswith(b"{") and not s[0].endswith(b"\\")):
             raise ChunkMismatch("field layout")
 
-    def _scan_kernels(self, buf: bytes, prefix: bytes) -> int:
-        find = buf.find
-        n = 0
-        lp = len(prefix)
-        i = find(prefix)
-        name_ids = self.name_ids
-        loads = orjson.loads
-        while i >= 0:
-            s = self._fields(buf, i + lp)
-            self._check(s)
-            rest = s[12]
-            e = rest.find(b"}")
-            args = loads(b'{"' + rest[:e + 1])
-            nid = name_ids.get(s[0])
-            if nid is None:
-                nid = self._name_id(s[0])
-            self._kernel(nid, float(s[9].strip(_STRIP)), args)
-            n += 1
-            i = find(prefix, i + lp)
-        return n
-
-    def _scan_launches(self, buf: bytes, prefix: bytes) -> None:
-        find = buf.find
-        lp = len(prefix)
-        i = find(prefix)
-        loads = orjson.loads
-        launches = self.launches
-        while i >= 0:
-            s = self._fields(buf, i + lp)
-            self._check(s)
-            rest = s[12]
-            e = rest.find(b"}")
-            args = loads(b'{"' + rest[:e + 1])
-            corr = args.get("correlation")
-            if type(corr) is int and corr >= 0:
-                name = s[0]
-                graph = _GRAPH_LAUNCH in name
-                if name[:3] == b"hip":
-                    self.hip = True
-                elif name[:2] == b"cu":
-                    self.cuda = True
-                if graph:
-                    self.graph_launches += 1
-                ext = args.get("External id")
-                launches[corr] = (ext if type(ext) is int and ext >= 0 else -1, graph,
-                                  int(s[5].strip(_STRIP)), float(s[7].strip(_STRIP)))
-            i = find(prefix, i + lp)
+    def _parse_op(self, buf: bytes, i: int, prefix: bytes) -> Optional[tuple]:
+        """(ext, opkey id, ts, dur, tid) for the cpu_op whose prefix starts at ``i``."""
+        s = self._fields(buf, i + len(prefix), 2048)
+        self._check(s)
+        rest = s[12]
+        e = rest.find(b"}")
+        if not rest.startswith(b'External id"'):
+            args = orjson.loads(b'{"' + rest[:e + 1])
+            ext = _int(args.get("External id"))
+            if ext < 0:
+                return None
+            sub = {k: args[k] for k in _SIG_KEYS if k in args}
+            sig = orjson.dumps(sub)[1:-1] if sub else b""
+        else:
+            c = rest.find(b",", 13, e)
+            ext = int(rest[rest.index(b":") + 1:c if c >= 0 else e])
+            a = rest.find(b'"Concrete Inputs"', 0, e)
+            b = rest.find(b'"Input', 0, e)
+            k = a if (a >= 0 and (b < 0 or a < b)) else b
+            if k >= 0:
+                z = rest.find(b'"Ev Idx"', k, e)
+                sig = rest[k:z if z >= 0 else e].rstrip(b", \n\r\t")
+            else:
+                sig = b""
+        key = (s[0], sig)
+        oid = self.opkey_ids.get(key)
+        if oid is None:
+            oid = self._opkey(s[0], sig)
+        return ext, oid, float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)), int(s[5].strip(_STRIP))
 
     def _scan_ops(self, buf: bytes, prefix: bytes) -> None:
+        """Eager op reading (no file behind the chunk)."""
         find = buf.find
         lp = len(prefix)
         i = find(prefix)
-        ops = self.ops
-        keys = self.opkey_ids
         while i >= 0:
-            s = self._fields(buf, i + lp)
-            self._check(s)
-            rest = s[12]
-            e = rest.find(b"}")
-            if not rest.startswith(b'External id"'):
-                # Unusual key order: parse this op's args fully (rare, so the cost does not matter).
-                args = orjson.loads(b'{"' + rest[:e + 1])
-                ext = _int(args.get("External id"))
-                if ext >= 0:
-                    sub = {k: args[k] for k in _SIG_KEYS if k in args}
-                    sig = orjson.dumps(sub)[1:-1] if sub else b""
-                    ops[ext] = (self._opkey(s[0], sig), float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)),
-                                int(s[5].strip(_STRIP)))
-            else:
-                c = rest.find(b",", 13, e)
-                ext = int(rest[rest.index(b":") + 1:c if c >= 0 else e])
-                a = rest.find(b'"Concrete Inputs"', 0, e)
-                b = rest.find(b'"Input', 0, e)
-                k = a if (a >= 0 and (b < 0 or a < b)) else b
-                if k >= 0:
-                    z = rest.find(b'"Ev Idx"', k, e)
-                    sig = rest[k:z if z >= 0 else e].rstrip(b", \n\r\t")
-                else:
-                    sig = b""
-                key = (s[0], sig)
-                oid = keys.get(key)
-                if oid is None:
-                    oid = self._opkey(s[0], sig)
-                ops[ext] = (oid, float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)), int(s[5].strip(_STRIP)))
+            r = self._parse_op(buf, i, prefix)
+            if r is not None:
+                self.ops[r[0]] = r[1:]
             i = find(prefix, i + lp)
+
+    def _load_ops(self, exts: Iterable[int]) -> None:
+        """Parse indexed ops (by file offset) into ``self.ops``."""
+        todo = [(self.op_pos[x], x) for x in exts if x not in self.ops and x in self.op_pos]
+        found, _ = self.parse_ops_at(todo)
+        self.ops.update(found)
 
     # ------------------------------------------------------------------ queries from the linker
     def kernel_table(self) -> dict:
@@ -361,18 +432,55 @@ class Shard:
                 out[c] = v
         return out
 
-    def lookup_ops(self, exts: Iterable[int]) -> tuple[dict[int, tuple], dict[int, tuple]]:
-        """ext → (opkey id, ts, dur, tid) and the opkeys used: id → (name, sig, has_dims)."""
+    def lookup_ops(self, exts: Iterable[int]) -> tuple[dict[int, tuple], dict[int, tuple], dict[int, int]]:
+        """Ops for ``exts``: parsed ones ``ext → (opkey id, ts, dur, tid)`` with the opkeys they
+        use (``id → (name, sig, has_dims)``), and file offsets of ops not parsed yet."""
         get = self.ops.get
+        pos = self.op_pos.get
         found = {}
         used: dict[int, tuple] = {}
+        offsets = {}
         for x in exts:
             v = get(x)
             if v is not None:
                 found[x] = v
                 if v[0] not in used:
                     used[v[0]] = self.opkeys[v[0]]
-        return found, used
+            else:
+                o = pos(x)
+                if o is not None:
+                    offsets[x] = o
+        return found, used, offsets
+
+    def parse_ops_at(self, todo: list[tuple[int, int]]) -> tuple[dict[int, tuple], dict[int, tuple]]:
+        """Parse the cpu_ops at these (file offset, ext) pairs — any worker can, the file is shared."""
+        out = {}
+        used: dict[int, tuple] = {}
+        if self.path is None or not todo:
+            return out, used
+        prefix = self.prefixes[CAT_OP]
+        block = b""
+        blk = 0
+        with open(self.path, "rb") as fh:
+            for off, x in sorted(todo):
+                r = None
+                for width in (4096, 1 << 16, 1 << 22):
+                    if off < blk or off + width > blk + len(block):
+                        fh.seek(off)
+                        block = fh.read(max(width, 1 << 20))
+                        blk = off
+                    try:
+                        r = self._parse_op(block, off - blk, prefix)
+                        break
+                    except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
+                        r = None
+                        if blk + len(block) < off + width:
+                            break  # end of file: the op really is malformed
+                if r is not None:
+                    out[r[0]] = r[1:]
+                    if r[1] not in used:
+                        used[r[1]] = self.opkeys[r[1]]
+        return out, used
 
     def nest(self, queries: list[tuple]) -> tuple[list[tuple], dict[int, tuple]]:
         """For each (tid, ts): innermost enclosing op and innermost one with Input Dims, if any.
@@ -381,6 +489,7 @@ class Shard:
         opkeys those ops use.
         """
         if self._nest is None:
+            self._load_ops(list(self.op_pos))  # nesting needs every op's interval: parse them all
             by_tid: dict[Any, list] = {}
             for ext, (oid, ts, dur, tid) in self.ops.items():
                 by_tid.setdefault(tid, []).append((ts, -(dur or 0.0), ts + (dur or 0.0), ext, oid))
@@ -525,13 +634,16 @@ def finish_array(shard: "Shard", data: bytes) -> dict:
     return {"deviceProperties": tail["deviceProperties"]} if "deviceProperties" in tail else {}
 
 
-def scan_stream(shard: "Shard", read, prefixes: Optional[dict], is_last: bool, report=None) -> dict:
+def scan_stream(shard: "Shard", read, prefixes: Optional[dict], is_last: bool, report=None,
+                base: int = -1) -> dict:
     """Scan a stream of whole events (``read(n)`` → bytes) into ``shard``.
 
+    ``base`` is the file offset of the stream's first byte (-1 when it is not a plain file).
     With ``is_last`` the stream runs to the end of the document and the array end and what
     follows are checked; otherwise it must end exactly after an event.
     """
     carry = b""
+    off = base  # file offset of carry[0]
     eof = False
     tail: dict = {}
     while not eof:
@@ -549,21 +661,29 @@ def scan_stream(shard: "Shard", read, prefixes: Optional[dict], is_last: bool, r
                     raise NoBoundary()
                 carry = buf
                 continue
-            _scan(shard, buf[:cut], prefixes)
-            carry = buf[buf.index(b"{", cut):] if b"{" in buf[cut:cut + 4096] else buf[cut:]
+            _scan(shard, buf[:cut], prefixes, off)
+            nxt = buf.find(b"{", cut, cut + 4096)
+            nxt = nxt if nxt >= 0 else cut
+            carry = buf[nxt:]
+            if off >= 0:
+                off += nxt
             continue
-        # End of this stream.
         if is_last:
             tail = finish_array(shard, buf)
         elif buf.strip():
-            _scan(shard, buf.strip().rstrip(b","), prefixes)
+            _scan(shard, buf, prefixes, off)
     return tail
 
 
-def _scan(shard: "Shard", chunk: bytes, prefixes: Optional[dict]) -> None:
+def _scan(shard: "Shard", chunk: bytes, prefixes: Optional[dict], base: int = -1) -> None:
+    lead = len(chunk) - len(chunk.lstrip())
     chunk = chunk.strip()
+    if base >= 0:
+        base += lead
     if chunk.startswith(b","):
         chunk = chunk[1:].lstrip()
+        base = -1  # offsets no longer needed for correctness; fall back to eager op reading
+    chunk = chunk.rstrip(b", \n\r\t")
     if not chunk:
         return
     if prefixes is None:
@@ -574,7 +694,7 @@ def _scan(shard: "Shard", chunk: bytes, prefixes: Optional[dict]) -> None:
             raise ValueError(f"invalid JSON in the event list ({exc})") from None
         shard.add_events(events)
     else:
-        shard.scan_chunk(chunk, prefixes)
+        shard.scan_chunk(chunk, prefixes, base)
 
 
 def serve(conn, shard: "Shard", first: dict) -> None:
@@ -601,6 +721,8 @@ def worker_range(conn, path: str, start: int, end: int, prefixes: Optional[dict]
 
     gc.disable()  # millions of small tuples, no cycles: the cyclic GC would only cost time
     shard = Shard()
+    shard.path = path
+    shard.prefixes = prefixes
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
@@ -619,7 +741,7 @@ def worker_range(conn, path: str, start: int, end: int, prefixes: Optional[dict]
                 done[0] += n
                 conn.send(("progress", n))
 
-            tail = scan_stream(shard, read, prefixes, is_last, report)
+            tail = scan_stream(shard, read, prefixes, is_last, report, base=start)
     except NoBoundary:
         conn.send(("error", "NoBoundary"))
         return
@@ -627,22 +749,3 @@ def worker_range(conn, path: str, start: int, end: int, prefixes: Optional[dict]
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     serve(conn, shard, {"tail": tail})
-
-
-def worker_chunks(conn, prefixes: Optional[dict]) -> None:
-    """Child process: scan chunks of whole events sent by the parent, then serve queries."""
-    import gc
-
-    gc.disable()
-    shard = Shard()
-    try:
-        while True:
-            b = conn.recv_bytes()
-            if not b:
-                break
-            _scan(shard, b, prefixes)
-            conn.send(("progress", len(b)))
-    except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    serve(conn, shard, {"tail": {}})

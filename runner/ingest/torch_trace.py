@@ -27,12 +27,12 @@ from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
 from ._jsonhead import BadJSON, walk_stream
-from ._kineto_shard import (BOUNDARY, NoBoundary, Shard, TAIL_MARGIN, _last_cut, _scan, detect_prefixes,
-                            finish_array, worker_chunks, worker_range)
+from ._kineto_shard import BOUNDARY, NoBoundary, Shard, detect_prefixes, worker_range
 from ._profile import OpRef, ProfileBuilder, make_opref
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
+_CLEANUP: list = []  # temporary files of the current read, removed once linking is done
 SMALL_LIMIT = 48 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
 
@@ -43,8 +43,16 @@ Progress = Optional[Callable[[int, int], None]]
 class _Local:
     def __init__(self, shard: Shard):
         self.shard = shard
+        self._pending: list = []
 
     def call(self, name: str, *args: Any) -> Any:
+        return getattr(self.shard, name)(*args)
+
+    def send(self, name: str, *args: Any) -> None:
+        self._pending.append((name, args))
+
+    def receive(self) -> Any:
+        name, args = self._pending.pop(0)
         return getattr(self.shard, name)(*args)
 
     def close(self) -> None:
@@ -57,7 +65,13 @@ class _Remote:
         self.conn = conn
 
     def call(self, name: str, *args: Any) -> Any:
+        self.send(name, *args)
+        return self.receive()
+
+    def send(self, name: str, *args: Any) -> None:
         self.conn.send((name, args))
+
+    def receive(self) -> Any:
         status, val = self.conn.recv()
         if status != "ok":
             raise RuntimeError(f"trace worker failed: {val}")
@@ -87,15 +101,22 @@ def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = N
                   small_limit: int = SMALL_LIMIT, workers: Optional[int] = None) -> Profile:
     size_hint = _io.content_size_hint(path)
     builder = ProfileBuilder(str(path), FORMAT)
-    if size_hint <= small_limit:
-        handles, props = _read_small(path, progress)
-    else:
-        handles, props = _read_large(path, progress, workers)
+    try:
+        if size_hint <= small_limit:
+            handles, props = _read_small(path, progress)
+        else:
+            handles, props = _read_large(path, progress, workers)
+    except BaseException:
+        while _CLEANUP:
+            _CLEANUP.pop()()
+        raise
     try:
         _link(handles, builder)
     finally:
         for h in handles:
             h.close()
+        while _CLEANUP:
+            _CLEANUP.pop()()
     amd = builder.vendor_hint == "amd"
     builder.devices = devices_from_kineto(props, amd, builder.warnings)
     if not builder.devices and builder.kernel_devices:
@@ -153,7 +174,7 @@ def _read_large(path: Path, progress: Progress, workers: Optional[int]) -> tuple
             return _read_ijson(path, top, progress)
     else:
         try:
-            handles, tail, top = _run_gzip(path, total, nworkers, progress)
+            handles, tail, top = _run_gzip(path, nworkers, progress)
         except NoBoundary:
             return _read_ijson(path, None, progress)
     props = top.values.get("deviceProperties") if top is not None else None
@@ -251,84 +272,43 @@ def _collect(path: Path, procs: list, progress: Progress, total: int, first_done
     return handles, tail
 
 
-def _run_gzip(path: Path, total: int, nworkers: int, progress: Progress) -> tuple[list, dict, Any]:
-    """Decompress here, hand whole-event chunks to workers, keep the array end for ourselves."""
-    stream = _io.iter_decompressed(path, 4 << 20)
-    pending = bytearray()
-    state = {"eof": False}
+def _run_gzip(path: Path, nworkers: int, progress: Progress) -> tuple[list, dict, Any]:
+    """Decompress to a temporary file (zlib streaming), then read it like a plain trace.
 
-    def read(n: int) -> bytes:
-        while len(pending) < n and not state["eof"]:
+    The fast path reads ops lazily by file offset, which needs a seekable file; a large
+    decompressed trace is written next to the system's temp files and removed afterwards.
+    """
+    import tempfile
+
+    total = _io.file_size(path)
+    tmpdir = tempfile.TemporaryDirectory(prefix="skillrun-trace-")
+    _CLEANUP.append(tmpdir.cleanup)
+    if True:
+        raw = Path(tmpdir.name) / "trace.json"
+        done = 0
+        try:
+            with open(raw, "wb") as out:
+                for b in _io.iter_decompressed(path, 8 << 20):
+                    out.write(b)
+                    done += len(b)
+                    if progress:
+                        progress(min(total, done // 8), total)  # decompression is the first ~1/8 of the work
+        except OSError as exc:
+            raise InputError(f"cannot decompress to a temporary file ({exc.strerror or exc})", path=str(path)) from None
+        with open(raw, "rb") as fh:
             try:
-                pending.extend(next(stream))
-            except StopIteration:
-                state["eof"] = True
-        out = bytes(pending[:n])
-        del pending[:n]
-        return out
+                top, head = walk_stream(fh.read, {"traceEvents"}, {"deviceProperties"})
+            except BadJSON as exc:
+                raise _parse_error(path, exc) from None
+        start = _array_start(path, top, head)
+        prefixes = detect_prefixes(_read_at(raw, start, 4 << 20))
 
-    try:
-        top, head = walk_stream(read, {"traceEvents"}, {"deviceProperties"})
-    except BadJSON as exc:
-        raise _parse_error(path, exc) from None
-    start = _array_start(path, top, head)
-    buf = head[start:] + read(4 << 20)
-    prefixes = detect_prefixes(buf[:4 << 20])
-    ctx = _mp_context()
-    procs = []
-    for _ in range(nworkers):
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_chunks, args=(child, prefixes), daemon=True)
-        p.start()
-        child.close()
-        procs.append((p, parent))
-    local = Shard()
-    turn = 0
-    tail: dict = {}
-    try:
-        while True:
-            more = read(16 << 20)
-            buf = buf + more if more else buf
-            if more:
-                cut = _last_cut(buf, TAIL_MARGIN)
-                if cut == 0:
-                    if len(buf) > (256 << 20):
-                        raise NoBoundary()
-                    continue
-                procs[turn % nworkers][1].send_bytes(buf[:cut])
-                turn += 1
-                nxt = buf.find(b"{", cut)
-                buf = buf[nxt:] if nxt >= 0 else buf[cut:]
-                if progress:
-                    progress(min(_compressed_pos(path, total, stream), total), total)
-                continue
-            tail = finish_array(local, buf)
-            break
-    except BadJSON as exc:
-        for p, conn in procs:
-            conn.send_bytes(b"")
-            p.terminate()
-        raise _parse_error(path, exc) from None
-    except BaseException:
-        for p, _ in procs:
-            p.terminate()
-        raise
-    for _, conn in procs:
-        conn.send_bytes(b"")
-    handles, _ = _collect(path, procs, None, total, 0)
-    if progress:
-        progress(total, total)
-    return handles + [_Local(local)], tail, top
+        def scaled(d: int, t: int) -> None:
+            if progress:
+                progress(total // 8 + (total - total // 8) * d // max(1, t), total)
 
-
-def _compressed_pos(path: Path, total: int, stream: Any) -> int:
-    # The generator's file position is not exposed; progress for gzip is coarse on purpose.
-    frame = getattr(stream, "gi_frame", None)
-    fh = frame.f_locals.get("fh") if frame is not None else None
-    try:
-        return fh.tell() if fh is not None else 0
-    except (OSError, ValueError):
-        return 0
+        handles, tail = _run_ranges(raw, start, _io.file_size(raw), prefixes, nworkers, scaled)
+        return handles, tail, top
 
 
 def _read_ijson(path: Path, top: Any, progress: Progress) -> tuple[list, Any]:
@@ -366,8 +346,26 @@ def _link(handles: list, builder: ProfileBuilder) -> None:
             gc.enable()
 
 
+def _all(handles: list, name: str, args_per_handle: Optional[list] = None) -> list:
+    """Ask every shard at once (workers answer in parallel), then collect the answers in order."""
+    for i, h in enumerate(handles):
+        h.send(name, *(args_per_handle[i] if args_per_handle is not None else ()))
+    return [h.receive() for h in handles]
+
+
+def _mark(label: str, _t: list = [0.0]) -> None:
+    if os.environ.get("SKILLRUN_INGEST_TIMING"):
+        import sys
+        import time
+        now = time.perf_counter()
+        print(f"[ingest] {label}: {now - _t[0]:.2f}s", file=sys.stderr)
+        _t[0] = now
+
+
 def _link_inner(handles: list, builder: ProfileBuilder) -> None:
-    tables = [h.call("kernel_table") for h in handles]
+    _mark("scan")
+    tables = _all(handles, "kernel_table")
+    _mark("kernel tables")
     builder.graph_launches = sum(t["graph_launches"] for t in tables)
     if any(t["hip"] for t in tables):
         builder.vendor_hint = "amd"
@@ -395,6 +393,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                     found.update(h.call("lookup_launches", missing[si]))
             t["launch"] = [found.get(c) if l is None and c >= 0 else l for c, l in zip(t["kcorr"], t["launch"])]
 
+    _mark("launch lookups")
     # 2. Candidate External id per kernel (graph replays: only the kernel's own id).
     wanted: set[int] = set()
     cand_cols = []
@@ -412,16 +411,32 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         cand_cols.append(cand)
         wanted.update(x for x in cand if x >= 0)
 
+    _mark("candidates")
     # 3. Ops for those ids, from every shard.
     ops: dict[int, tuple] = {}
     opkeys: dict[tuple, Any] = {}  # (shard, local opkey id) → OpRef
-    for si, h in enumerate(handles):
-        found, used = h.call("lookup_ops", wanted)
+    positions: list[tuple[int, int]] = []
+    for si, (found, used, offsets) in enumerate(_all(handles, "lookup_ops", [(wanted,)] * len(handles))):
         for ext, v in found.items():
             ops[ext] = (si,) + v
         for oid, key in used.items():
             opkeys[(si, oid)] = key
-
+        positions.extend((off, ext) for ext, off in offsets.items())
+    if positions:
+        # Ops indexed by file offset are parsed now, spread over all workers (they share the file).
+        parsers = [i for i, h in enumerate(handles) if isinstance(h, _Remote)] or [0]
+        positions.sort()
+        n = len(parsers)
+        parts = [positions[k * len(positions) // n:(k + 1) * len(positions) // n] for k in range(n)]
+        for h_i in parsers:
+            handles[h_i].send("parse_ops_at", parts[parsers.index(h_i)])
+        for h_i in parsers:
+            found, used = handles[h_i].receive()
+            for ext, v in found.items():
+                ops[ext] = (h_i,) + v
+            for oid, key in used.items():
+                opkeys[(h_i, oid)] = key
+    _mark("op lookups")
     # 4. Validate each ext link against the launch; queue nesting lookups.
     link: list[list] = []
     queries: list[tuple] = []
@@ -446,8 +461,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     if queries:
         best_any: list[Optional[tuple]] = [None] * len(queries)  # (op start, shard, opkey id)
         best_dims: list[Optional[tuple]] = [None] * len(queries)
-        for si, h in enumerate(handles):
-            res, used = h.call("nest", queries)
+        for si, (res, used) in enumerate(_all(handles, "nest", [(queries,)] * len(handles))):
             for oid, key in used.items():
                 opkeys[(si, oid)] = key
             for qi, (a_oid, a_ts, d_oid, d_ts) in enumerate(res):
@@ -462,6 +476,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             elif link[ti][ki] is None and ba is not None:
                 link[ti][ki] = (ba[1], ba[2])
 
+    _mark("validate+nest")
     # 5. Aggregate per (name, device, op, graph) and hand over to the builder.
     refs: dict[tuple, OpRef] = {}
     bad_sigs = 0
@@ -495,6 +510,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             kernel_devices.add(dev)
         grid, block = tables[ti]["kgrid"].get(nid, (None, None))
         builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block)
+    _mark("aggregate")
     if bad_sigs:
         builder.warnings.append(f"{bad_sigs} launching ops had unreadable argument records (shapes skipped)")
     builder.kernel_devices = kernel_devices

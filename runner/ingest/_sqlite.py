@@ -1,0 +1,25 @@
+"""Read-only SQLite helpers shared by the nsys and rocpd readers."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.Error as exc:
+        raise InputError(f"SQLite file cannot be read ({exc})", path=str(path)) from None
+
+
+def names(con: sqlite3.Connection) -> dict[str, str]:
+    """lower-case name → real name of every table and view."""
+    return {r[0].lower(): r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+
+
+def columns(con: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]

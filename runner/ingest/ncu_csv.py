@@ -1,0 +1,84 @@
+"""``ncu --csv`` (long format: one row per kernel instance × metric).
+
+The kernel time is the ``Duration`` metric (unit ns/us/ms or nsecond/usecond/msecond/second,
+values may use thousands separators). ``CC`` gives the compute capability. Leading non-CSV lines
+(``==PROF==``, application output) are skipped.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import InputError
+from ..models import DeviceInfo, Profile
+from . import _io
+from ._profile import ProfileBuilder
+from .arch import nvidia_arch
+from .detect import find_csv_header
+
+FORMAT = "ncu_csv"
+_UNIT_US = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0, "microsecond": 1.0,
+            "ms": 1e3, "msecond": 1e3, "millisecond": 1e3, "s": 1e6, "second": 1e6}
+_XYZ = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def _xyz(v: str) -> Optional[list[int]]:
+    m = _XYZ.search(v or "")
+    return [int(x) for x in m.groups()] if m else None
+
+
+def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
+                   progress: Optional[Callable[[int, int], None]] = None) -> Profile:
+    text = _io.read_content(path, limit=4 << 30).decode("utf-8", errors="replace")
+    fmt, line = find_csv_header(text)
+    if fmt is None:
+        raise InputError("no ncu CSV header", path=str(path))
+    reader = csv.reader(io.StringIO("\n".join(text.splitlines()[line:])))
+    header = [h.strip().lower() for h in next(reader)]
+    idx = {h: i for i, h in enumerate(header)}
+    need = ("id", "kernel name", "metric name", "metric unit", "metric value")
+    if any(k not in idx for k in need):
+        raise InputError("ncu CSV lacks ID/Kernel Name/Metric columns", path=str(path))
+    i_id, i_name, i_metric, i_unit, i_val = (idx[k] for k in need)
+    i_dev, i_cc, i_grid, i_block = idx.get("device"), idx.get("cc"), idx.get("grid size"), idx.get("block size")
+    inst: dict[str, tuple] = {}
+    ccs: dict[int, str] = {}
+    bad_units: set[str] = set()
+    for row in reader:
+        if len(row) <= max(i_id, i_name, i_metric, i_unit, i_val):
+            continue
+        if row[i_metric].strip() != "Duration":
+            continue
+        unit = row[i_unit].strip().lower()
+        scale = _UNIT_US.get(unit)
+        try:
+            val = float(row[i_val].replace(",", "").strip())
+        except ValueError:
+            continue
+        if scale is None:
+            bad_units.add(unit)
+            continue
+        dev = None
+        if i_dev is not None and i_dev < len(row) and row[i_dev].strip().isdigit():
+            dev = int(row[i_dev])
+            if i_cc is not None and i_cc < len(row):
+                ccs[dev] = row[i_cc].strip()
+        inst[row[i_id]] = (row[i_name], val * scale, dev,
+                           _xyz(row[i_grid]) if i_grid is not None and i_grid < len(row) else None,
+                           _xyz(row[i_block]) if i_block is not None and i_block < len(row) else None)
+    if not inst and bad_units:
+        raise InputError(f"Duration metric has an unknown unit ({', '.join(sorted(bad_units))})", path=str(path))
+    b = ProfileBuilder(str(path), FORMAT)
+    b.vendor_hint = "nvidia"
+    for name, us, dev, grid, block in inst.values():
+        b.add(name, us, 1, device=dev, grid=grid, block=block)
+    for dev, cc in sorted(ccs.items()):
+        ma, _, mi = cc.partition(".")
+        b.devices.append(DeviceInfo(index=dev, vendor="nvidia", arch=nvidia_arch(ma, mi)))
+    if not inst:
+        b.warnings.append("no 'Duration' metric rows (collect with --section SpeedOfLight or --metrics gpu__time_duration)")
+    b.warnings.append("ncu serializes and replays kernels: durations are per-kernel isolated, not in-application timing")
+    return b.build(arch)

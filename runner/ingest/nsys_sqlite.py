@@ -1,0 +1,81 @@
+"""``nsys export --type sqlite``: CUPTI_ACTIVITY_KIND_KERNEL (ns) with names in StringIds.
+
+Device facts come from TARGET_INFO_GPU (name, compute capability, SM count). No op shapes are
+recorded by nsys (NVTX ranges are not linked): every kernel is ``unresolved`` unless its name
+carries the shape (DeepGEMM). Environment tables (TARGET_INFO_SYSTEM_ENV …) are never read.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import InputError
+from ..models import DeviceInfo, Profile
+from . import _sqlite
+from ._profile import ProfileBuilder
+from .arch import nvidia_arch
+
+FORMAT = "nsys_sqlite"
+
+
+def ingest_nsys_sqlite(path: Path, arch: Optional[str] = None,
+                       progress: Optional[Callable[[int, int], None]] = None) -> Profile:
+    con = _sqlite.connect(path)
+    try:
+        return _read(con, path, arch)
+    except sqlite3.Error as exc:
+        raise InputError(f"unexpected nsys SQLite schema ({exc})", path=str(path)) from None
+    finally:
+        con.close()
+
+
+def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
+    tables = _sqlite.names(con)
+    kt = tables.get("cupti_activity_kind_kernel")
+    if kt is None:
+        raise InputError("no CUPTI_ACTIVITY_KIND_KERNEL table", path=str(path))
+    cols = set(_sqlite.columns(con, kt))
+    name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in cols), None)
+    if name_col is None or not {"start", "end"} <= cols:
+        raise InputError("kernel table lacks start/end/name columns", path=str(path), field=kt)
+    has_strings = "stringids" in tables
+    dev = "deviceId" if "deviceId" in cols else "NULL"
+    graph = "graphNodeId" if "graphNodeId" in cols else "NULL"
+    grid = ", ".join(c if c in cols else "NULL" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
+    name_expr = "s.value" if has_strings else f"k.{name_col}"
+    join = f'LEFT JOIN "{tables["stringids"]}" s ON s.id = k.{name_col}' if has_strings else ""
+    sql = (f'SELECT {name_expr}, k.{name_col}, {dev}, ({graph} IS NOT NULL) AS g, count(*), '
+           f'sum(k."end" - k."start"), min({grid.split(", ")[0]}), {grid} '
+           f'FROM "{kt}" k {join} GROUP BY 2, 3, 4')
+    b = ProfileBuilder(str(path), FORMAT)
+    b.vendor_hint = "nvidia"
+    for row in con.execute(sql):
+        name, raw, device, g, n, ns = row[0], row[1], row[2], row[3], row[4], row[5]
+        if name is None:
+            name = f"<string id {raw}>"
+        grid_v = list(row[7:10]) if all(isinstance(v, int) for v in row[7:10]) else None
+        block_v = list(row[10:13]) if all(isinstance(v, int) for v in row[10:13]) else None
+        b.add(str(name), (ns or 0) / 1000.0, int(n), device=device if isinstance(device, int) else None,
+              graph=bool(g), grid=grid_v, block=block_v)
+    rt = tables.get("cupti_activity_kind_runtime")
+    if rt is not None and has_strings and "nameId" in _sqlite.columns(con, rt):
+        row = con.execute(f'SELECT count(*) FROM "{rt}" r JOIN "{tables["stringids"]}" s ON s.id = r.nameId '
+                          f"WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'").fetchone()
+        b.graph_launches = int(row[0] or 0)
+    gt = tables.get("target_info_gpu")
+    if gt is not None:
+        gcols = set(_sqlite.columns(con, gt))
+        want = [c if c in gcols else "NULL" for c in ("id", "name", "computeMajor", "computeMinor", "smCount",
+                                                       "threadsPerWarp")]
+        seen = set()
+        for gid, name, ma, mi, sms, warp in con.execute(f'SELECT {", ".join(want)} FROM "{gt}"'):
+            if gid in seen:
+                continue
+            seen.add(gid)
+            b.devices.append(DeviceInfo(index=gid if isinstance(gid, int) else len(b.devices),
+                                        name=name if isinstance(name, str) else None, vendor="nvidia",
+                                        arch=nvidia_arch(ma, mi), sm_count=sms if isinstance(sms, int) else None,
+                                        warp_size=warp if isinstance(warp, int) else None))
+        b.devices.sort(key=lambda d: d.index)
+    return b.build(arch)

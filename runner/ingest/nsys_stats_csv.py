@@ -1,0 +1,61 @@
+"""``nsys stats --report cuda_gpu_kern_sum --format csv`` (and the older ``gpukernsum``).
+
+Already aggregated per kernel: ``Time (%), Total Time (ns), Instances, Avg (ns), …, Name``;
+stdout noise such as ``Processing [...]`` lines before the header is skipped.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import InputError
+from ..models import Profile
+from . import _io
+from ._profile import ProfileBuilder
+from .detect import find_csv_header
+
+FORMAT = "nsys_stats_csv"
+
+
+def _num(v: str) -> Optional[float]:
+    v = (v or "").strip().replace(",", "")
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
+                          progress: Optional[Callable[[int, int], None]] = None) -> Profile:
+    text = _io.read_content(path, limit=1 << 30).decode("utf-8", errors="replace")
+    fmt, line = find_csv_header(text)
+    if fmt is None:
+        raise InputError("no nsys stats header (Time (%), Total Time (ns), …, Name)", path=str(path))
+    reader = csv.reader(io.StringIO("\n".join(text.splitlines()[line:])))
+    header = [h.strip().lower().replace(" ", "") for h in next(reader)]
+    idx = {h: i for i, h in enumerate(header)}
+    tot_i, n_i, name_i = idx.get("totaltime(ns)"), idx.get("instances"), idx.get("name")
+    if tot_i is None or name_i is None:
+        raise InputError("missing 'Total Time (ns)' or 'Name' column", path=str(path))
+    grid_i, block_i = idx.get("gridxyz"), idx.get("blockxyz")
+    b = ProfileBuilder(str(path), FORMAT)
+    b.vendor_hint = "nvidia"
+    for row in reader:
+        if len(row) <= max(tot_i, name_i) or not row[name_i].strip():
+            continue
+        tot = _num(row[tot_i])
+        n = _num(row[n_i]) if n_i is not None and n_i < len(row) else 1
+        if tot is None:
+            continue
+
+        def xyz(i: Optional[int]) -> Optional[list[int]]:
+            if i is None or i >= len(row):
+                return None
+            parts = row[i].split()
+            return [int(p) for p in parts] if len(parts) == 3 and all(p.isdigit() for p in parts) else None
+
+        b.add(row[name_i].strip(), tot / 1000.0, int(n or 1), grid=xyz(grid_i), block=xyz(block_i))
+    b.warnings.append("summary CSV: per-call timing and launch shapes are not available")
+    return b.build(arch)
