@@ -27,8 +27,8 @@ import torch
 from skillrun_kernels.moe_a16wi4 import problem, triton_sm90 as port
 
 def cfg(bm, n1, k1, n2, k2, split, acc):
-    return dict(BLOCK_M=bm, BLOCK_N1=n1, BLOCK_K1=k1, warps1=4, stages1=2,
-                BLOCK_N2=n2, BLOCK_K2=k2, warps2=4, stages2=2, a_split=split, scale_acc=acc)
+    return dict(BLOCK_M=bm, BLOCK_N1=n1, BLOCK_K1=k1, warps1=4, stages1=2, split1=split,
+                BLOCK_N2=n2, BLOCK_K2=k2, warps2=4, stages2=2, split2=split, scale_acc=acc)
 
 cases = [
     # group 32, weights scaled in registers, split even/odd K halves

@@ -34,9 +34,13 @@ def build_oracle(shape: dict, config: dict, device: str) -> KernelLaunch:
 
 
 def dequantize_bf16(w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-    """int4-in-int8 (.., rows, K) with bf16 group scales -> bf16 weights (rounded once)."""
+    """int4-in-int8 (.., rows, K) with bf16 group scales -> bf16 weights.
+
+    int4 values are exact in bf16 and the bf16 product is rounded once, so this equals an fp32
+    dequantization rounded to bf16, without an fp32 temporary (the usual PyTorch spelling).
+    """
     group = w_q.shape[-1] // w_scale.shape[-1]
-    return packing.dequantize(w_q, w_scale, group, dtype=torch.float32).to(torch.bfloat16)
+    return packing.dequantize(w_q, w_scale, group, dtype=torch.bfloat16)
 
 
 def dequantize_all_bf16(w_q: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:

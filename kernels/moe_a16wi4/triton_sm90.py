@@ -14,9 +14,10 @@ Five launches, none of which waits on the host, so the whole layer can be captur
    added into the fp32 (tokens, model_dim) accumulator: the top-k sum needs no extra pass.
 5. ``_moe_a16wi4_cast_kernel``: fp32 accumulator -> bf16 output.
 
-Int4 layout (packing.py): two nibbles per byte along K, low nibble = even k. With ``a_split`` the
-kernel never interleaves nibbles: it multiplies the even-k activations by the low nibbles and the
-odd-k activations by the high nibbles (two half-K dots), loading x with a stride of 2.
+Int4 layout (packing.py): two nibbles per byte along K, low nibble = even k. With ``split`` the
+kernel never interleaves nibbles: it de-interleaves the (contiguously loaded) activation tile into
+even-k and odd-k halves in registers and multiplies them by the low and high nibbles (two half-K
+dots). Without it, the nibbles are interleaved back into a (BLOCK_N, BLOCK_K) weight tile.
 Blocks past the last valid row exit at once; their count is bounded on the host without a sync.
 """
 from __future__ import annotations
@@ -136,10 +137,7 @@ def _moe_a16wi4_gate_up_kernel(
     wu_ptrs = wg_ptrs + I * stride_wn
     sg_ptrs = s_ptr + e * stride_se + offs_n[:, None] * stride_sn + tl.arange(0, NG)[None, :]
     su_ptrs = sg_ptrs + I * stride_sn
-    if SPLIT:
-        xa_ptrs = x_ptr + tok[:, None] * stride_xt + 2 * offs_kh[None, :]
-    else:
-        xa_ptrs = x_ptr + tok[:, None] * stride_xt + tl.arange(0, BLOCK_K)[None, :]
+    xa_ptrs = x_ptr + tok[:, None] * stride_xt + tl.arange(0, BLOCK_K)[None, :]
 
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -156,9 +154,10 @@ def _moe_a16wi4_gate_up_kernel(
             su = tl.load(su_ptrs)
         gl, gh = _int4_tile(bg, sg, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
         ul, uh = _int4_tile(bu, su, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
+        a = tl.load(xa_ptrs, mask=rvalid[:, None], other=0.0)
         if SPLIT:
-            a_even = tl.load(xa_ptrs, mask=rvalid[:, None], other=0.0)
-            a_odd = tl.load(xa_ptrs + 1, mask=rvalid[:, None], other=0.0)
+            # contiguous load, de-interleaved in registers: even k meets the low nibbles
+            a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_M, KH, 2)))
             if SCALE_ACC:
                 pg = tl.dot(a_even, tl.trans(gl))
                 pg = tl.dot(a_odd, tl.trans(gh), pg)
@@ -172,7 +171,6 @@ def _moe_a16wi4_gate_up_kernel(
                 acc_u = tl.dot(a_even, tl.trans(ul), acc_u)
                 acc_u = tl.dot(a_odd, tl.trans(uh), acc_u)
         else:
-            a = tl.load(xa_ptrs, mask=rvalid[:, None], other=0.0)
             if SCALE_ACC:
                 acc_g += tl.dot(a, tl.trans(gl)) * sg.to(tl.float32)[None, :]
                 acc_u += tl.dot(a, tl.trans(ul)) * su.to(tl.float32)[None, :]
@@ -213,10 +211,7 @@ def _moe_a16wi4_down_kernel(
     offs_kh = tl.arange(0, KH)
     w_ptrs = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_kh[None, :]
     s_ptrs = s_ptr + e * stride_se + offs_n[:, None] * stride_sn + tl.arange(0, NG)[None, :]
-    if SPLIT:
-        ha_ptrs = h_ptr + pair[:, None] * stride_ht + 2 * offs_kh[None, :]
-    else:
-        ha_ptrs = h_ptr + pair[:, None] * stride_ht + tl.arange(0, BLOCK_K)[None, :]
+    ha_ptrs = h_ptr + pair[:, None] * stride_ht + tl.arange(0, BLOCK_K)[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(0, I // BLOCK_K):
@@ -226,9 +221,9 @@ def _moe_a16wi4_down_kernel(
         else:
             s = tl.load(s_ptrs)
         wl, wh = _int4_tile(b, s, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
+        a = tl.load(ha_ptrs, mask=rvalid[:, None], other=0.0)
         if SPLIT:
-            a_even = tl.load(ha_ptrs, mask=rvalid[:, None], other=0.0)
-            a_odd = tl.load(ha_ptrs + 1, mask=rvalid[:, None], other=0.0)
+            a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_M, KH, 2)))
             if SCALE_ACC:
                 p = tl.dot(a_even, tl.trans(wl))
                 p = tl.dot(a_odd, tl.trans(wh), p)
@@ -237,7 +232,6 @@ def _moe_a16wi4_down_kernel(
                 acc = tl.dot(a_even, tl.trans(wl), acc)
                 acc = tl.dot(a_odd, tl.trans(wh), acc)
         else:
-            a = tl.load(ha_ptrs, mask=rvalid[:, None], other=0.0)
             if SCALE_ACC:
                 acc += tl.dot(a, tl.trans(wl)) * s.to(tl.float32)[None, :]
             else:
@@ -281,33 +275,51 @@ def prepare_weights(w_q: torch.Tensor, w_scale: torch.Tensor) -> PackedExperts:
     k, groups = w_q.shape[-1], w_scale.shape[-1]
     if groups < 1 or k % groups or w_scale.shape[:2] != w_q.shape[:2]:
         raise ValueError(f"w_scale {tuple(w_scale.shape)} does not match w_q {tuple(w_q.shape)} (need (E, rows, K/group))")
-    packed = packing.pack_int4(w_q).view(torch.int8).contiguous()
+    packed = torch.empty(*w_q.shape[:2], k // 2, dtype=torch.int8, device=w_q.device)
+    for e in range(w_q.shape[0]):  # one expert at a time: the int16 temporaries stay small
+        packed[e] = packing.pack_int4(w_q[e]).view(torch.int8)
     return PackedExperts(packed, w_scale.to(torch.bfloat16).contiguous(), k // groups)
 
 
+# Rows per expert r = tokens * topk / experts sets the regime: r <= 8 streams weights (every
+# block is mostly padding), r > 64 is tensor-core work on dequantized tiles.
 DEFAULT_DECODE = {
-    "BLOCK_M": 16, "BLOCK_N1": 32, "BLOCK_K1": 256, "warps1": 4, "stages1": 4,
-    "BLOCK_N2": 64, "BLOCK_K2": 256, "warps2": 4, "stages2": 4, "a_split": True, "scale_acc": False,
+    "BLOCK_M": 16, "BLOCK_N1": 32, "BLOCK_K1": 256, "warps1": 4, "stages1": 4, "split1": True,
+    "BLOCK_N2": 64, "BLOCK_K2": 256, "warps2": 4, "stages2": 4, "split2": True, "scale_acc": False,
 }
 DEFAULT_MID = {
-    "BLOCK_M": 32, "BLOCK_N1": 64, "BLOCK_K1": 128, "warps1": 4, "stages1": 4,
-    "BLOCK_N2": 64, "BLOCK_K2": 128, "warps2": 4, "stages2": 4, "a_split": True, "scale_acc": False,
+    "BLOCK_M": 32, "BLOCK_N1": 64, "BLOCK_K1": 128, "warps1": 4, "stages1": 4, "split1": True,
+    "BLOCK_N2": 64, "BLOCK_K2": 128, "warps2": 4, "stages2": 4, "split2": True, "scale_acc": False,
 }
 DEFAULT_PREFILL = {
-    "BLOCK_M": 64, "BLOCK_N1": 64, "BLOCK_K1": 64, "warps1": 4, "stages1": 4,
-    "BLOCK_N2": 128, "BLOCK_K2": 64, "warps2": 4, "stages2": 4, "a_split": True, "scale_acc": False,
+    "BLOCK_M": 64, "BLOCK_N1": 64, "BLOCK_K1": 64, "warps1": 4, "stages1": 4, "split1": True,
+    "BLOCK_N2": 128, "BLOCK_K2": 64, "warps2": 4, "stages2": 4, "split2": True, "scale_acc": False,
 }
-# Measured configs (benchmarks/bench_moe_a16wi4_sm90.py --sweep), keyed by (experts, inter_dim,
-# group_size) -> [(max_tokens, config)]; see kernels/moe_a16wi4/NOTES.md.
-TUNED: dict[tuple[int, int, int], list[tuple[int, dict]]] = {}
+# Measured configs (benchmarks/bench_moe_a16wi4_sm90.py --sweep on the H200; NOTES.md):
+# inter_dim -> [(largest rows-per-expert covered, config)], checked in order.
+TUNED: dict[int, list[tuple[float, dict]]] = {}
 
 
-def pick_config(tokens: int, model_dim: int, inter_dim: int, experts: int, group_size: int) -> tuple[dict, bool]:
-    for max_t, cfg in TUNED.get((experts, inter_dim, group_size), []):
-        if tokens <= max_t:
-            return dict(cfg), True
-    base = DEFAULT_DECODE if tokens <= 64 else DEFAULT_MID if tokens <= 512 else DEFAULT_PREFILL
-    return dict(base), False
+def rows_per_expert(tokens: int, topk: int, experts: int) -> float:
+    return tokens * topk / experts
+
+
+def regime(r: float) -> str:
+    return "decode" if r <= 8 else "mid" if r <= 64 else "prefill"
+
+
+def pick_config(tokens: int, topk: int, experts: int, inter_dim: int, group_size: int) -> tuple[dict, bool]:
+    """The config for a shape and whether it came from a measured entry (else a regime default)."""
+    r = rows_per_expert(tokens, topk, experts)
+    if group_size % 32 == 0:  # the measured tiles assume K tiles that are multiples of the group
+        for max_r, cfg in TUNED.get(inter_dim, []):
+            if r <= max_r and all(cfg[f"BLOCK_K{s}"] % group_size == 0 for s in (1, 2)):
+                return dict(cfg), True
+    base = {"decode": DEFAULT_DECODE, "mid": DEFAULT_MID, "prefill": DEFAULT_PREFILL}[regime(r)]
+    cfg = dict(base)
+    for s in (1, 2):  # keep K tiles a multiple of the group
+        cfg[f"BLOCK_K{s}"] = max(cfg[f"BLOCK_K{s}"], group_size)
+    return cfg, False
 
 
 def check_config(cfg: dict, model_dim: int, inter_dim: int, group_size: int) -> None:
@@ -382,7 +394,7 @@ def moe_a16wi4_stage1(x: torch.Tensor, w1: PackedExperts, routing: Routing, topk
         TOPK=topk, GROUP=w1.group_size,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N1"], BLOCK_K=cfg["BLOCK_K1"],
         NG=max(cfg["BLOCK_K1"] // w1.group_size, 1),
-        SPLIT=bool(cfg["a_split"]), SCALE_ACC=bool(cfg["scale_acc"]),
+        SPLIT=bool(cfg["split1"]), SCALE_ACC=bool(cfg["scale_acc"]),
         num_warps=cfg["warps1"], num_stages=cfg["stages1"],
     )
     return h
@@ -401,7 +413,7 @@ def moe_a16wi4_stage2(h: torch.Tensor, w2: PackedExperts, routing: Routing, topk
         TOPK=topk_weights.shape[1], GROUP=w2.group_size,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=cfg["BLOCK_K2"],
         NG=max(cfg["BLOCK_K2"] // w2.group_size, 1),
-        SPLIT=bool(cfg["a_split"]), SCALE_ACC=bool(cfg["scale_acc"]),
+        SPLIT=bool(cfg["split2"]), SCALE_ACC=bool(cfg["scale_acc"]),
         num_warps=cfg["warps2"], num_stages=cfg["stages2"],
     )
     return acc
@@ -431,9 +443,9 @@ def moe_a16wi4(
         raise ValueError(f"topk_ids {tuple(topk_ids.shape)} and topk_weights {tuple(topk_weights.shape)} must both be (tokens, topk)")
     if w1.group_size != w2.group_size:
         raise ValueError(f"w1 and w2 group sizes differ ({w1.group_size} vs {w2.group_size})")
-    cfg = dict(config) if config else pick_config(t, d, inter, experts, w1.group_size)[0]
-    check_config(cfg, d, inter, w1.group_size)
     topk = topk_ids.shape[1]
+    cfg = dict(config) if config else pick_config(t, topk, experts, inter, w1.group_size)[0]
+    check_config(cfg, d, inter, w1.group_size)
     x = x.contiguous()
     routing = align_by_expert(topk_ids, experts, cfg["BLOCK_M"])
     acc = torch.empty(t, d, dtype=torch.float32, device=x.device)
@@ -448,9 +460,11 @@ def moe_a16wi4(
 
 def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     """Builder (kernels/protocol.py): int4 packing in ``prepare`` (untimed), five launches in ``run``."""
-    t, d, i, e, _, g = (int(shape[k]) for k in ("tokens", "model_dim", "inter_dim", "experts", "topk", "group_size"))
-    cfg, tuned = pick_config(t, d, i, e, g)
-    cfg.update(config or {})
+    t, d, i, e, k, g = (int(shape[key]) for key in ("tokens", "model_dim", "inter_dim", "experts", "topk", "group_size"))
+    cfg, tuned = pick_config(t, k, e, i, g)
+    if config:
+        cfg.update(config)
+        tuned = True
     check_config(cfg, d, i, g)
 
     def prepare(inputs: dict) -> dict:

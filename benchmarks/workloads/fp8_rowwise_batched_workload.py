@@ -1,0 +1,49 @@
+"""Profiling workload: the BASELINE batched fp8 rowwise GEMM, one torch._scaled_mm per batch.
+
+Run under the runner's profile step, e.g.
+    python -m skillrun.profile_run --out fp8_rowwise_batched.json.gz --steps 2:5 -- \
+        python benchmarks/workloads/fp8_rowwise_batched_workload.py
+so the trace shows the kernels (and aten::_scaled_mm calls with their scale shapes) a user's
+per-batch loop really launches. Each iteration runs every shape once, then marks a step.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+try:
+    from skillrun import profiling
+except ImportError:  # standalone run: markers become no-ops
+    profiling = None
+
+from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references
+
+SHAPES = [
+    {"batch": 16, "M": 1, "N": 1280, "K": 8192},
+    {"batch": 16, "M": 128, "N": 1280, "K": 8192},
+    {"batch": 16, "M": 4096, "N": 8192, "K": 1024},
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=6)
+    args = ap.parse_args()
+    work = []
+    for shape in SHAPES:
+        inp = problem.make_inputs(shape, 0, "cuda")
+        launch = references.build_scaled_mm_loop(shape, {}, "cuda")
+        work.append((launch, launch.prepare(inp), problem.output_like(shape, "cuda")))
+    for _ in range(args.iters):
+        for launch, prepared, out in work:
+            launch.run(prepared, out)
+        torch.cuda.synchronize()
+        if profiling is not None:
+            profiling.step()
+    print("ran", args.iters, "iterations of", [f"{s['batch']}x{s['M']}x{s['N']}x{s['K']}" for s in SHAPES])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
