@@ -338,3 +338,183 @@ def test_rowwise_default_config_respects_the_occupancy_rule():
         tiles = -(-M // cfg["tile_m"]) * -(-N // cfg["tile_n"]) * B
         smallest = -(-M // 16) * -(-N // 64) * B
         assert tiles >= MIN_WORKGROUPS or tiles == smallest
+
+
+# ---------------------------------------------------------------- a16wi4 MoE
+from skillrun_kernels.moe_a16wi4 import flydsl_prep as moe_prep  # noqa: E402
+from skillrun_kernels.moe_a16wi4 import layout as ML  # noqa: E402
+from skillrun_kernels.moe_a16wi4 import problem as moe_problem  # noqa: E402
+
+
+def bf16_round(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).float()
+
+
+def lane_codes(words: torch.Tensor, lay) -> torch.Tensor:
+    """int32 dwords [..., W] -> the 8 signed codes of each, by the kernel's shift/sign-extend rule."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    shifts = torch.tensor([lay.code_bit_shift(i) for i in range(8)])
+    top = ((w.unsqueeze(-1) << shifts) & 0xFFFFFFFF)  # code i in bits [31:28]
+    code = top >> 28
+    return torch.where(code >= 8, code - 16, code).flatten(-2).float()  # [..., W*8]
+
+
+def mfma_bf16_16x16x32(a_vals: torch.Tensor, b_vals: torch.Tensor) -> torch.Tensor:
+    """a_vals [MI, 64, 8], b_vals [NI, 64, 8] (lane group g supplies the same 8 K slots) -> [MI, NI, 64, 4]."""
+    a = a_vals.view(-1, 4, 16, 8)
+    b = b_vals.view(-1, 4, 16, 8)
+    tile = torch.einsum("mgri,ngci->mnrc", a, b)
+    rows = torch.stack([LM.acc_row(LANES, i) for i in range(4)], dim=1)
+    return tile[:, :, rows, LM.acc_col(LANES).unsqueeze(1).expand(64, 4)]
+
+
+def simulate_moe_stage(stage: int, a_src: torch.Tensor, a_rows: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
+                       block_expert: torch.Tensor, tile_m: int, tile_n: int, tile_k: int, k_wave: int,
+                       K: int, N_w: int, N_out: int, gs: int, I: int, lay=ML) -> torch.Tensor:
+    """Partial sums of one stage for every live block: returns [blocks*tile_m, N_out] (stage 1: SiLU(g)*u)."""
+    n_waves, k_slice = 4 // k_wave, tile_k // k_wave
+    steps, lane_bytes, G = k_slice // 32, k_slice // 8, K // gs
+    n_acc, sets = tile_n // n_waves // 16, (2 if stage == 1 else 1)
+    row_bytes = tile_k * 2
+    out = torch.zeros(block_expert.numel() * tile_m, N_out)
+    w_window = N_w * K // 2
+    for blk, e in enumerate(block_expert.tolist()):
+        if e < 0:
+            continue
+        we = w[e * w_window:(e + 1) * w_window]
+        for nt in range(N_out // tile_n):
+            acc = torch.zeros(k_wave, n_waves, tile_m // 16, sets * n_acc, 64, 4)
+            for kt in range(K // tile_k):
+                lds = torch.zeros(tile_m * row_bytes, dtype=torch.uint8)
+                threads = torch.arange(256)
+                for st_ in range(tile_m * row_bytes // 4096):
+                    row, kbyte = lay.tile_copy_coords(threads, st_, row_bytes, 256)
+                    base = a_rows[blk * tile_m + row]  # byte offset of the row (token row or act row)
+                    data = gather(a_src, base + kt * row_bytes + kbyte, 16)
+                    dst = lay.lds_swizzle_offset(row, kbyte, row_bytes).unsqueeze(-1) + torch.arange(16)
+                    lds[dst.reshape(-1)] = data.reshape(-1)
+                for kw in range(k_wave):
+                    for nw in range(n_waves):
+                        base_k = lay.slice_base(kt, kw, tile_k, k_slice)
+                        bvals = []
+                        for cset in range(sets):
+                            for ni in range(n_acc):
+                                n = nt * tile_n + nw * (tile_n // n_waves) + ni * 16 + lay.operand_row(LANES)
+                                n = n + cset * I if stage == 1 else n
+                                k0 = lay.lane_k0(base_k, LANES, k_slice)
+                                raw = torch.cat([gather(we, lay.weight_offset(n, k0 + p * 32, K), min(16, lane_bytes))
+                                                 for p in range(max(1, lane_bytes // 16))], dim=-1)
+                                words = raw.view(64, -1).contiguous().view(torch.int32)
+                                codes = lane_codes(words, lay)  # [64, steps*8]
+                                scl = torch.stack([
+                                    s[lay.scale_index(e, lay.step_k0(base_k, LANES, k_slice, j) // gs, n, G, N_w)]
+                                    for j in range(steps)], dim=1)  # [64, steps]
+                                bvals.append(bf16_round(codes.view(64, steps, 8) * scl.unsqueeze(-1)))
+                        bvals = torch.stack(bvals)  # [sets*n_acc, 64, steps, 8]
+                        for j in range(steps):
+                            rows = torch.arange(tile_m // 16).view(-1, 1) * 16 + lay.operand_row(LANES)
+                            kin = lay.step_k0(kw * k_slice, LANES, k_slice, j)
+                            a_b = gather(lds, lay.lds_swizzle_offset(rows, kin * 2, row_bytes), 16)
+                            a_vals = a_b.contiguous().view(torch.bfloat16).float().view(-1, 64, 8)
+                            acc[kw, nw] += mfma_bf16_16x16x32(a_vals, bvals[:, :, j])
+            total = acc.sum(0)  # the slice-K reduction
+            for nw in range(n_waves):
+                for mi in range(tile_m // 16):
+                    rows = blk * tile_m + mi * 16 + torch.stack([lay.acc_row(LANES, i) for i in range(4)], 1)
+                    for ni in range(n_acc):
+                        cols = (nt * tile_n + nw * (tile_n // n_waves) + ni * 16 + lay.acc_col(LANES)).unsqueeze(1).expand(64, 4)
+                        if stage == 1:
+                            gate, up = total[nw, mi, ni], total[nw, mi, n_acc + ni]
+                            out[rows, cols] = bf16_round(torch.nn.functional.silu(gate) * up)
+                        else:
+                            out[rows, cols] = total[nw, mi, ni]
+    return out
+
+
+MOE_SHAPE = {"tokens": 5, "model_dim": 256, "inter_dim": 128, "experts": 4, "topk": 2, "group_size": 32}
+
+
+@pytest.fixture(scope="module")
+def moe_case():
+    inputs = moe_problem.make_inputs(MOE_SHAPE, seed=7, device="cpu")
+    return inputs, moe_prep.prepare_weights(inputs), moe_problem.oracle(inputs)
+
+
+def simulate_moe(inputs, prep, tile_m, s1, s2, lay=ML):
+    T, topk = inputs["topk_ids"].shape
+    D, I, gs = prep["D"], prep["I"], prep["group_size"]
+    r = moe_prep.route(inputs["topk_ids"], inputs["topk_weights"], prep["E"], tile_m)
+    ids = r.sorted_ids.long()
+    x_bytes = inputs["x"].contiguous().view(torch.uint8).view(-1)
+    x_rows = lay.pair_token(ids, topk) * (D * 2)  # sentinel rows land past x: read as 0
+    act = simulate_moe_stage(1, x_bytes, x_rows, prep["w1"], prep["s1"], r.block_expert, tile_m, *s1,
+                             K=D, N_w=2 * I, N_out=I, gs=gs, I=I, lay=lay)
+    act_bytes = act.to(torch.bfloat16).view(torch.uint8).view(-1)
+    act_rows = torch.arange(ids.numel()) * (I * 2)
+    y = simulate_moe_stage(2, act_bytes, act_rows, prep["w2"], prep["s2"], r.block_expert, tile_m, *s2,
+                           K=I, N_w=D, N_out=D, gs=gs, I=I, lay=lay)
+    out = torch.zeros(T, D)
+    live = ids < T * topk
+    out.index_add_(0, lay.pair_token(ids[live], topk), y[live] * r.weights[ids[live]].unsqueeze(1))
+    return out
+
+
+@pytest.mark.parametrize("s1,s2", [((32, 128, 2), (64, 128, 1)), ((16, 128, 4), (128, 128, 1)), ((64, 256, 1), (64, 128, 2))],
+                         ids=["kslice64", "kslice32", "kslice256"])
+def test_moe_fetches_reproduce_the_oracle(moe_case, s1, s2):
+    inputs, prep, ref = moe_case
+    out = simulate_moe(inputs, prep, 16, s1, s2)
+    assert rel_err(out, ref) < 1e-2  # bf16 weights, activations and intermediate
+
+
+class _SwappedNibbles:
+    """Reads the high nibble as the even k: the packing convention broken on the kernel side."""
+
+    def __getattr__(self, name):
+        return getattr(ML, name)
+
+    @staticmethod
+    def code_bit_shift(i):
+        return 28 - 4 * (i ^ 1)
+
+
+def test_moe_broken_nibble_order_fails(moe_case):
+    inputs, prep, ref = moe_case
+    out = simulate_moe(inputs, prep, 16, (32, 128, 2), (64, 128, 1), lay=_SwappedNibbles())
+    assert rel_err(out, ref) > 0.3
+
+
+def test_moe_routing_covers_every_pair_once_in_expert_blocks():
+    ids = torch.tensor([[2, 0], [2, 3], [1, 2], [0, 2], [3, 1]], dtype=torch.int32)
+    r = moe_prep.route(ids, torch.rand(5, 2), experts=4, tile_m=16)
+    live = r.sorted_ids[r.sorted_ids < 10].long()
+    assert torch.equal(torch.sort(live).values, torch.arange(10))
+    for b, e in enumerate(r.block_expert.tolist()):
+        rows = r.sorted_ids[b * 16:(b + 1) * 16].long()
+        rows = rows[rows < 10]
+        if e < 0:
+            assert rows.numel() == 0
+        else:
+            assert torch.all(ids.view(-1)[rows] == e)
+    assert r.blocks == ML.blocks_bound(5, 2, 4, 16) >= int((r.block_expert >= 0).sum())
+
+
+@given(q=st.lists(st.integers(-8, 7), min_size=2, max_size=64).filter(lambda v: len(v) % 2 == 0))
+@settings(max_examples=60, deadline=None)
+def test_int4_pack_unpack_round_trip(q):
+    t = torch.tensor(q, dtype=torch.int8).view(1, -1)
+    packed = ML.pack_int4(t)
+    assert torch.equal(ML.unpack_int4(packed), t)
+    # low nibble = even k
+    assert int(packed[0, 0]) & 0xF == q[0] & 0xF and int(packed[0, 0]) >> 4 == q[1] & 0xF
+    # the kernel's dword decode gives the same codes
+    if len(q) % 8 == 0:
+        words = packed.view(-1).contiguous().view(torch.int32)
+        assert torch.equal(lane_codes(words, ML).to(torch.int8), t.view(-1))
+
+
+def test_int4_packing_matches_the_problem_helpers():
+    from skillrun_kernels.moe_a16wi4 import packing
+
+    q = torch.randint(-8, 8, (3, 32, 64), dtype=torch.int8)
+    assert torch.equal(ML.pack_int4(q), packing.pack_int4(q))

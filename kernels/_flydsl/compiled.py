@@ -26,10 +26,13 @@ def _dump_dir() -> Path:
 
 
 def _final_isa(dump: Path, kernel: str) -> Path:
-    candidates = sorted((dump / kernel).glob("*final_isa.s"))
-    if not candidates:
-        raise RuntimeError(f"FlyDSL wrote no ISA for kernel {kernel!r} under {dump}")
-    return candidates[-1]
+    """The listing that defines ``kernel``: ``<dump>/<kernel>/`` for a single-kernel module, or the
+    launcher's folder when one ``@flyc.jit`` launches several kernels."""
+    candidates = sorted((dump / kernel).glob("*final_isa.s")) or sorted(dump.glob("*/*final_isa.s"))
+    for path in reversed(candidates):
+        if kernel in _isa.functions(path.read_text()):
+            return path
+    raise RuntimeError(f"FlyDSL wrote no ISA defining kernel {kernel!r} under {dump}")
 
 
 def kernel_facts(name: str, meta: dict[str, int], isa_path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import flydsl.expr as fx
+import numpy as np
 from flydsl._mlir import ir
 from flydsl._mlir.dialects import arith as _arith
 from flydsl._mlir.dialects import llvm as _llvm
@@ -163,17 +164,20 @@ def buffer_store(value: ir.Value, rsrc: ir.Value, byte_offset) -> None:
     _rocdl.raw_ptr_buffer_store(value, rsrc, raw(byte_offset), raw(0), aux=ir.IntegerAttr.get(i32_t(), 0))
 
 
-def buffer_atomic_pk_add_bf16(value: ir.Value, rsrc: ir.Value, byte_offset) -> None:
-    """Atomic add of two packed bf16 (``buffer_atomic_pk_add_bf16``), the MoE stage-2 scatter."""
+def buffer_atomic_fadd(value: ir.Value, rsrc: ir.Value, byte_offset) -> None:
+    """Atomic add without return (``buffer_atomic_add_f32`` for f32, ``_pk_add_bf16`` for 2 x bf16)."""
     _rocdl.raw_ptr_buffer_atomic_fadd(value.type, value, rsrc, raw(byte_offset), raw(0), aux=ir.IntegerAttr.get(i32_t(), 0))
 
 
-def scalar_load_f32(rsrc: ir.Value, byte_offset) -> ir.Value:
-    """SMEM load of one wave-uniform f32 (``s_buffer_load_dword``); the offset must be uniform."""
+def scalar_load_i32(rsrc: ir.Value, byte_offset) -> ir.Value:
+    """SMEM load of one wave-uniform dword (``s_buffer_load_dword``); the offset must be uniform."""
     i128 = ir.IntegerType.get_signless(128)
     v4 = _llvm.bitcast(vec_t(4, i32_t()), _llvm.ptrtoint(i128, rsrc))
-    word = _llvm.call_intrinsic(i32_t(), "llvm.amdgcn.s.buffer.load.i32", [v4, raw(byte_offset), raw(0)], [], [])
-    return _arith.bitcast(f32_t(), word)
+    return _llvm.call_intrinsic(i32_t(), "llvm.amdgcn.s.buffer.load.i32", [v4, raw(byte_offset), raw(0)], [], [])
+
+
+def scalar_load_f32(rsrc: ir.Value, byte_offset) -> ir.Value:
+    return _arith.bitcast(f32_t(), scalar_load_i32(rsrc, byte_offset))
 
 
 # ---------------------------------------------------------------- LDS
@@ -288,6 +292,28 @@ def to_bf16(v: ir.Value) -> ir.Value:
     return _arith.truncf(bf16_t(), v)
 
 
+def int4_codes_to_f32(word: ir.Value) -> ir.Value:
+    """The 8 signed int4 codes of a dword (code i in bits [4i, 4i+4)) as ``vector<8xf32>``.
+
+    Shift code i to the top (``shl 28-4i``) and sign-extend it back (``ashr 28``): LLVM folds the
+    pair into one signed bit-field extract per code.
+    """
+    v = splat(word, 8)
+    shl = _arith.constant(vec_t(8, i32_t()), ir.DenseElementsAttr.get(
+        np.array([28 - 4 * i for i in range(8)], dtype=np.int32), type=vec_t(8, i32_t())))
+    sra = splat(raw(28), 8)
+    codes = _arith.shrsi(_arith.shli(v, shl), sra)
+    return sitofp(codes)
+
+
+def silu(x: ir.Value) -> ir.Value:
+    """x * sigmoid(x) = x / (1 + exp(-x)) in f32."""
+    from flydsl._mlir.dialects import math as _math
+
+    one = splat(f32_const(1.0), ir.VectorType(x.type).shape[0]) if isinstance(x.type, ir.VectorType) else f32_const(1.0)
+    return _arith.divf(x, _arith.addf(one, _math.exp(_arith.negf(x))))
+
+
 def sitofp(v: ir.Value) -> ir.Value:
     t = v.type
     if isinstance(t, ir.VectorType):
@@ -322,7 +348,7 @@ def rolled_loop(lower, upper, init: Sequence[ir.Value], body: Callable[[ir.Value
 
 def if_then(cond: ir.Value, then: Callable[[], None]) -> None:
     """A runtime ``scf.if`` without results (side effects only: stores, atomics)."""
-    op = _scf.IfOp(cond, [], hasElse=False)
+    op = _scf.IfOp(cond, [], has_else=False)
     with ir.InsertionPoint(op.then_block):
         then()
         _scf.YieldOp([])
@@ -330,6 +356,14 @@ def if_then(cond: ir.Value, then: Callable[[], None]) -> None:
 
 def cmp_lt(a, b) -> ir.Value:
     return _arith.cmpi(_arith.CmpIPredicate.slt, raw(a), raw(b))
+
+
+def cmp_ge(a, b) -> ir.Value:
+    return _arith.cmpi(_arith.CmpIPredicate.sge, raw(a), raw(b))
+
+
+def cmp_eq(a, b) -> ir.Value:
+    return _arith.cmpi(_arith.CmpIPredicate.eq, raw(a), raw(b))
 
 
 def select_i32(cond: ir.Value, a, b) -> "fx.Int32":
