@@ -62,7 +62,6 @@ def simulate_blockscale(prep: dict, tile_m: int, tile_n: int, tile_k: int, xcd_s
     rows_per_wave, cols_per_wave = tile_m // waves_m, tile_n // waves_n
     out = torch.full((M, N), float("nan"))
     seen = torch.zeros(grid_m, grid_n, dtype=torch.int64)
-    nthreads = 64 * waves_m * waves_n
     for pid in range(grid_m * grid_n):
         pm, pn = lay.tile_of(pid, grid_m, grid_n, xcd_swizzle)
         seen[pm, pn] += 1
@@ -70,14 +69,17 @@ def simulate_blockscale(prep: dict, tile_m: int, tile_n: int, tile_k: int, xcd_s
         acc = {}
         for kt in range(K // tile_k):
             # Global -> LDS copy of the A tile, through the kernel's copy map and swizzle.
+            # (8-wave core: each 256-thread group copies its own row half into its own LDS half)
             lds = torch.zeros(tile_m * tile_k, dtype=torch.uint8)
-            threads = torch.arange(nthreads)
-            for s in range(tile_m * tile_k // (16 * nthreads)):
-                row, kbyte = lay.tile_copy_coords(threads, s, tile_k, nthreads)
-                src = torch.where(m0 + row < M, (m0 + row) * K + kt * tile_k + kbyte, torch.full_like(row, a.numel()))
-                data = gather(a, src, 16)
-                dst = lay.lds_swizzle_offset(row, kbyte, tile_k).unsqueeze(-1) + torch.arange(16)
-                lds[dst.reshape(-1)] = data.reshape(-1)
+            threads = torch.arange(256)
+            for grp in range(waves_m):
+                r0 = grp * rows_per_wave
+                for s in range(rows_per_wave * tile_k // (16 * 256)):
+                    row, kbyte = lay.tile_copy_coords(threads, s, tile_k, 256)
+                    src = torch.where(m0 + r0 + row < M, (m0 + r0 + row) * K + kt * tile_k + kbyte, torch.full_like(row, a.numel()))
+                    data = gather(a, src, 16)
+                    dst = grp * rows_per_wave * tile_k + lay.lds_swizzle_offset(row, kbyte, tile_k).unsqueeze(-1) + torch.arange(16)
+                    lds[dst.reshape(-1)] = data.reshape(-1)
             for wm in range(waves_m):
                 for wn in range(waves_n):
                     wrow = wm * rows_per_wave
@@ -86,9 +88,9 @@ def simulate_blockscale(prep: dict, tile_m: int, tile_n: int, tile_k: int, xcd_s
                     mis, nis = torch.arange(m_rep).view(-1, 1), torch.arange(n_acc).view(-1, 1)
                     for kbl in range(tile_k // 128):
                         kb = kt * (tile_k // 128) + kbl
-                        r = wrow + mis * 16 + lay.operand_row(LANES)  # [mi, 64]
+                        r = mis * 16 + lay.operand_row(LANES)  # [mi, 64], rows within the group's half
                         a_frag = torch.cat([
-                            gather(lds, lay.lds_swizzle_offset(r, lay.frag_chunk_k(LANES, h) + kbl * 128, tile_k), 16)
+                            gather(lds, wrow * tile_k + lay.lds_swizzle_offset(r, lay.frag_chunk_k(LANES, h) + kbl * 128, tile_k), 16)
                             for h in (0, 1)], dim=-1)
                         srow = m0 + wrow + mis * 16 + lay.acc_row(LANES, 0)  # [mi, 64]
                         sidx = lay.a_scale_index(srow, kb, M).unsqueeze(-1) + torch.arange(4)
