@@ -134,8 +134,9 @@ from skillrun.ingest import ingest
 p = ingest(sys.argv[1])
 wall = time.time() - t0
 top = p.kernels[0]
-print(json.dumps({"wall_s": wall, "self_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "workers_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+ru, rc = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "self_rss_mb": ru.ru_maxrss / 1024, "workers_rss_mb": rc.ru_maxrss / 1024,
+                  "cpu_s": ru.ru_utime + ru.ru_stime + rc.ru_utime + rc.ru_stime,
                   "total_us": p.total_kernel_us, "calls": p.kernel_calls, "linked": p.linked_calls,
                   "kernels": len(p.kernels), "top": top.name[:90], "top_pct": top.pct_gpu}))
 """
@@ -152,7 +153,8 @@ wall = time.time() - t0
 total = float(kernel_df["sum"].sum()) if "sum" in kernel_df else float("nan")
 name_col = "name" if "name" in kernel_df else kernel_df.columns[0]
 top = kernel_df.sort_values("sum", ascending=False).iloc[0]
-print(json.dumps({"wall_s": wall, "self_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "self_rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "total_us": total, "rows": int(len(kernel_df)), "top": str(top[name_col])[:90],
                   "top_pct": float(top.get("percentage", float("nan")))}))
 """
@@ -201,7 +203,7 @@ def main() -> int:
         ours_runs = [_run(_OURS, str(trace), 600) for _ in range(max(1, args.repeat))]
         ours = min(ours_runs, key=lambda r: r["wall_s"])
         runs = ", ".join("%.2f" % r["wall_s"] for r in ours_runs)
-        print(f"skillrun.ingest: {ours['wall_s']:.2f} s wall (runs: {runs}), "
+        print(f"skillrun.ingest: {ours['wall_s']:.2f} s wall, {ours['cpu_s']:.2f} s CPU all processes (runs: {runs}), "
               f"peak RSS {ours['self_rss_mb']:.0f} MB main + {ours['workers_rss_mb']:.0f} MB largest worker; "
               f"{ours['calls']:,} kernel calls, {ours['linked']:,} linked to shapes, {ours['kernels']} kernel names; "
               f"top {ours['top_pct']:.2f}% {ours['top']}", flush=True)
@@ -213,10 +215,11 @@ def main() -> int:
             print("HTA not installed (pip install holistictraceanalysis): skipping the comparison")
             return 0
         hta = _run(_HTA, str(workdir), 3600)
-        print(f"HTA get_gpu_kernel_breakdown: {hta['wall_s']:.2f} s wall, peak RSS {hta['self_rss_mb']:.0f} MB; "
+        print(f"HTA get_gpu_kernel_breakdown: {hta['wall_s']:.2f} s wall, {hta['cpu_s']:.2f} s CPU, peak RSS {hta['self_rss_mb']:.0f} MB; "
               f"{hta['rows']} kernel rows; top {hta['top_pct']:.2f}% {hta['top']}", flush=True)
         ratio = hta["wall_s"] / ours["wall_s"]
-        print(f"speed-up: {ratio:.1f}x faster than HTA; memory: {hta['self_rss_mb'] / max(1.0, ours['self_rss_mb'] + ours['workers_rss_mb']):.1f}x less",
+        print(f"load average during the run: {os.getloadavg()[0]:.2f} (2-core machine shared with other jobs)")
+        print(f"speed-up: {ratio:.1f}x wall, {hta['cpu_s'] / ours['cpu_s']:.1f}x CPU; memory: {hta['self_rss_mb'] / max(1.0, ours['self_rss_mb'] + ours['workers_rss_mb']):.1f}x less",
               flush=True)
         diff = facts["kernel_sum_us"] - hta["total_us"]
         print(f"kernel time: HTA {hta['total_us']:,.3f} us vs plain sum {facts['kernel_sum_us']:,.3f} us "

@@ -63,7 +63,10 @@ def _regex(prefixes: dict[bytes, bytes]) -> re.Pattern:
         + rb"cpu_op" + e(mid) + rb'[^{"\\]*"\s*,[^{]*\{\s*"External id"\s*:\s*(?P<ox>\d+)'
         + rb"|cuda_(?:runtime|driver)" + e(mid) + rb'(?P<ln>[^"\\]*)"'
         + (fields % (b"lt", b"ls"))
-        + rb'(?:"External id"\s*:\s*(?P<lx>\d+)\s*,\s*)?(?:"[^"{}]*"\s*:\s*[^,{}\[\]]*,\s*)*?'
+        + rb'(?:"External id"\s*:\s*(?P<lx>\d+)\s*,\s*)?'
+        # other args before the correlation: numbers, short arrays, strings (ROCm puts the whole
+        # kernel name in a "kernel" arg, braces and all)
+        rb'(?:"[^"\\]*"\s*:\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\[[^\]\[{}]*\]|[^,{}\[\]"]*)\s*,\s*)*?'
         rb'"correlation"\s*:\s*(?P<lc>\d+)'
         + rb'|(?P<bad>cpu_op|cuda_runtime|cuda_driver)"'
         + rb")")
@@ -143,7 +146,7 @@ class Shard:
         self.kext: list[int] = []
         self.kdev: list[int] = []
         self.kgraph: list[int] = []
-        self.kgrid: dict[int, tuple] = {}
+        self.kgrid: dict[int, dict] = {}  # name id → {(grid, block): calls}
         self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts)
         self.graph_launches = 0
         self.hip = False  # hip* launch APIs seen (ROCm build of torch)
@@ -190,8 +193,16 @@ class Shard:
         self.kdev.append(dev)
         g = args.get("graph id")
         self.kgraph.append(1 if (g is not None and g != 0 and g != -1) else 0)
-        if nid not in self.kgrid:
-            self.kgrid[nid] = (args.get("grid"), args.get("block"))
+        self._count_grid(nid, args.get("grid"), args.get("block"))
+
+    def _count_grid(self, nid: int, grid: Any, block: Any) -> None:
+        # Launch geometry differs per call (shape); the profile reports the most common one.
+        key = (tuple(grid) if isinstance(grid, list) else None, tuple(block) if isinstance(block, list) else None)
+        c = self.kgrid.get(nid)
+        if c is None:
+            self.kgrid[nid] = {key: 1}
+        else:
+            c[key] = c.get(key, 0) + 1
 
     def _launch(self, name: Any, tid: Any, ts: float, args: dict) -> None:
         corr = _int(args.get("correlation"))
@@ -287,7 +298,7 @@ class Shard:
                 raise ChunkMismatch("unrecognized event layout")
         n_kernels = self._scan_kernels(buf, kprefix)
         # Guard against kernel events spelled differently from the detected prefix.
-        if n_kernels != buf.count(b'"kernel"'):
+        if n_kernels != buf.count(b'"kernel"') - buf.count(b'"kernel":'):
             raise ChunkMismatch("kernel count")
 
     def _scan_kernels(self, buf: bytes, prefix: bytes) -> int:
@@ -325,8 +336,7 @@ class Shard:
             kdev.append(d if type(d) is int and d >= 0 else -1)
             gi = a.get("graph id")
             kgraph.append(1 if (gi is not None and gi != 0 and gi != -1) else 0)
-            if nid not in self.kgrid:
-                self.kgrid[nid] = (a.get("grid"), a.get("block"))
+            self._count_grid(nid, a.get("grid"), a.get("block"))
             n += 1
             i = find(prefix, a1)
         return n

@@ -32,7 +32,8 @@ from ._profile import OpRef, ProfileBuilder, make_opref
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
-_CLEANUP: list = []  # temporary files of the current read, removed once linking is done
+_CLEANUP: list = []
+LAST_STATS: dict = {}  # how the last Kineto read went (chunks read fast/slow, workers): for tests and benchmarks  # temporary files of the current read, removed once linking is done
 SMALL_LIMIT = 48 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
 
@@ -371,11 +372,12 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         builder.vendor_hint = "amd"
     elif any(t["cuda"] for t in tables):
         builder.vendor_hint = "nvidia"
-    slow = sum(t["slow_chunks"] for t in tables)
+    LAST_STATS.clear()
+    LAST_STATS.update(shards=len(handles), fast_chunks=sum(t["fast_chunks"] for t in tables),
+                      slow_chunks=sum(t["slow_chunks"] for t in tables))
     bad = sum(t["events_bad"] for t in tables)
     if bad:
         builder.warnings.append(f"{bad} kernel events without a numeric duration were skipped")
-    del slow
 
     # 1. Launches not found in the kernel's own shard: ask the others.
     missing: list[set] = [set() for _ in handles]
@@ -493,6 +495,17 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             else:
                 acc[0] += dur
                 acc[1] += 1
+    geometry: dict[str, dict] = {}
+    for t in tables:
+        for nid, counts in t["kgrid"].items():
+            acc = geometry.setdefault(t["names"][nid], {})
+            for gb, n in counts.items():
+                acc[gb] = acc.get(gb, 0) + n
+    chosen: dict[str, tuple] = {}
+    for name, counts in geometry.items():
+        known = {gb: n for gb, n in counts.items() if gb[0] is not None} or counts
+        best = max(known.items(), key=lambda kv: (kv[1], tuple(-x for x in (kv[0][0] or ()))))[0]
+        chosen[name] = (list(best[0]) if best[0] else None, list(best[1]) if best[1] else None)
     for (name, dev, key, graph), (dur, calls, ti, nid) in groups.items():
         ref = None
         if key is not None:
@@ -508,7 +521,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                 ref = refs[key] = make_opref(opname, args)
         if dev >= 0:
             kernel_devices.add(dev)
-        grid, block = tables[ti]["kgrid"].get(nid, (None, None))
+        grid, block = chosen.get(name, (None, None))
         builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block)
     _mark("aggregate")
     if bad_sigs:

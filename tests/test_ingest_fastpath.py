@@ -1,0 +1,87 @@
+"""The large-file path (byte scanner in worker processes) must give the same Profile as the
+simple whole-document path. Chunk sizes are shrunk so that small fixtures span many chunks."""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import traces_dir
+from skillrun.ingest import _kineto_shard, torch_trace
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+TRACES = traces_dir()
+NAMES = ["nvidia_h200_fp8_scaled_mm_torch2.11.generated.json.gz", "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz",
+         "amd_mi300x_sglang_qwen3-8b_decode_hipgraph.tracelens.json.gz", "nvidia_a100_alexnet_old_int_ts.hta.json.gz",
+         "amd_mi250_rocm6.2_minitoy_train.hta.json.gz"]
+
+
+def _sources() -> list[Path]:
+    out = [FIX / "kineto_gfx950_ck_blockscale.synthetic.json"]
+    if TRACES is not None:
+        out += [TRACES / "pytorch_kineto" / n for n in NAMES]
+    return out
+
+
+def _dump(p):
+    d = p.model_dump(mode="json")
+    d.pop("source")
+    return d
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(_kineto_shard, "READ_SIZE", 48 << 10)
+    monkeypatch.setattr(_kineto_shard, "TAIL_MARGIN", 16 << 10)
+
+
+@pytest.mark.parametrize("src", _sources(), ids=lambda p: p.name)
+def test_fast_path_matches_simple_path(src, tmp_path, small_chunks):
+    plain = tmp_path / "trace.json"
+    if src.suffix == ".gz":
+        plain.write_bytes(gzip.decompress(src.read_bytes()))
+    else:
+        shutil.copy(src, plain)
+    simple = torch_trace.ingest_kineto(plain)
+    assert torch_trace.LAST_STATS["shards"] == 1
+    fast = torch_trace.ingest_kineto(plain, small_limit=0, workers=2)
+    stats = dict(torch_trace.LAST_STATS)
+    assert stats["shards"] == 2 and stats["fast_chunks"] > 0
+    assert _dump(fast) == _dump(simple)
+
+
+def test_fast_path_on_gzip_via_temp_file(tmp_path, small_chunks):
+    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    fast = torch_trace.ingest_kineto(gz, small_limit=0, workers=2)
+    assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))
+    assert not list(tmp_path.glob("skillrun-trace-*"))
+
+
+def test_unusual_layout_falls_back_to_full_parse(tmp_path, small_chunks):
+    # Keys sorted alphabetically ("args" first): the byte scanner cannot use its layout and
+    # must hand every chunk to the full parser, with the same result.
+    import json
+
+    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+    doc = json.loads(src.read_text())
+    plain = tmp_path / "sorted.json"
+    plain.write_text(json.dumps(doc, sort_keys=True, indent=1))
+    fast = torch_trace.ingest_kineto(plain, small_limit=0, workers=2)
+    assert torch_trace.LAST_STATS["fast_chunks"] == 0
+    assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))
+
+
+def test_truncated_large_file_is_an_input_error(tmp_path, small_chunks):
+    from skillrun.errors import InputError
+
+    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+    plain = tmp_path / "t.json"
+    data = src.read_bytes()
+    plain.write_bytes(data[: len(data) - 300])
+    with pytest.raises(InputError) as e:
+        torch_trace.ingest_kineto(plain, small_limit=0, workers=2)
+    assert str(plain) in str(e.value) and "\n" not in str(e.value)
