@@ -1,10 +1,12 @@
 """Fixes for two bf16 gaps in Triton 3.6's CPU interpreter, applied only inside interpreter runs.
 
-The interpreter stores bf16 as raw uint16 bits, and (1) ``tl.dot`` on bf16 operands multiplies
-those bit patterns as integers, (2) fp32 -> bf16 casts truncate instead of rounding to nearest
-even (the GPU rounds). Both would make a correct kernel look wrong on the CPU. We convert bf16
-dot operands to fp32 (bf16 products are exact in fp32, as on the tensor cores) and round casts
-with torch. Kernel code stays exactly as it runs on the GPU.
+The interpreter stores bf16 as raw uint16 bits, and (1) ``tl.dot`` and elementwise arithmetic on
+bf16 operands work on those bit patterns as integers, (2) casts to bf16 truncate (fp32) or
+reinterpret (ints) instead of rounding to nearest even as the GPU does. Each would make a correct
+kernel look wrong on the CPU. We convert bf16 dot operands to fp32 (bf16 products are exact in
+fp32, as on the tensor cores), do bf16 arithmetic in fp32 rounded once to bf16 (what the GPU's
+bf16 instructions return), and round casts with torch. Kernel code stays exactly as it runs on
+the GPU.
 Import after setting TRITON_INTERPRET=1 and before launching any kernel.
 """
 from __future__ import annotations
@@ -51,6 +53,22 @@ def _fp_to_fp(self, src, dst_type, rounding_mode):
     return _orig_fp_to_fp(self, src, dst_type, rounding_mode)
 
 
+_orig_binary = _interp.InterpreterBuilder.binary_op
+
+
+def _binary(self, lhs, rhs, op):
+    if lhs.dtype.scalar == tl.bfloat16 and rhs.dtype.scalar == tl.bfloat16:
+        res = op(_bf16_bits_to_f32(lhs.data), _bf16_bits_to_f32(rhs.data))
+        if res.dtype == np.float32:
+            return _interp.TensorHandle(_f32_to_bf16_bits(res), tl.bfloat16)
+        return _interp.TensorHandle(res, tl.int1) if res.dtype == bool else _orig_binary(self, lhs, rhs, op)
+    return _orig_binary(self, lhs, rhs, op)
+
+
+_interp.InterpreterBuilder.binary_op = _binary
+for _name in ("create_fadd", "create_fmul", "create_fsub", "create_fdiv"):
+    _np_op = {"create_fadd": np.add, "create_fmul": np.multiply, "create_fsub": np.subtract, "create_fdiv": np.divide}[_name]
+    setattr(_interp.InterpreterBuilder, _name, lambda self, lhs, rhs, _op=_np_op: _binary(self, lhs, rhs, _op))
 _interp.InterpreterBuilder.create_dot = _dot
 _interp.InterpreterBuilder.cast_impl = _cast
 _interp.InterpreterBuilder.create_si_to_fp = lambda self, src, dst_type: _cast(self, src, dst_type)

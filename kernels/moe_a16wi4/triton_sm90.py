@@ -84,21 +84,21 @@ def _expand_groups(s, BN: tl.constexpr, NG: tl.constexpr, REP: tl.constexpr):
 def _int4_tile(packed, s, BN: tl.constexpr, KH: tl.constexpr, GROUP: tl.constexpr,
                SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr):
     """Unpack a (BN, KH) byte tile into bf16 weights: (lo, hi) halves, or one interleaved tile."""
-    # Arithmetic shifts on int8 sign-extend the nibbles. The int -> float step goes through fp32
-    # (one rounding, after the scale) rather than straight to bf16.
-    lo = ((packed << 4) >> 4).to(tl.float32)
-    hi = (packed >> 4).to(tl.float32)
+    # Arithmetic shifts on int8 sign-extend the nibbles; int4 values are exact in bf16, and the
+    # bf16 multiply by the bf16 scale rounds the exact product once (same as an fp32 multiply
+    # rounded to bf16) while keeping two values per register.
+    lo = ((packed << 4) >> 4).to(tl.bfloat16)
+    hi = (packed >> 4).to(tl.bfloat16)
     if SPLIT:
         if not SCALE_ACC:
-            sx = _expand_groups(s.to(tl.float32), BN, (2 * KH) // GROUP, GROUP // 2)
+            sx = _expand_groups(s, BN, (2 * KH) // GROUP, GROUP // 2)
             lo = lo * sx
             hi = hi * sx
-        return lo.to(tl.bfloat16), hi.to(tl.bfloat16)
+        return lo, hi
     else:
         w = tl.reshape(tl.join(lo, hi), (BN, 2 * KH))
         if not SCALE_ACC:
-            w = w * _expand_groups(s.to(tl.float32), BN, (2 * KH) // GROUP, GROUP)
-        w = w.to(tl.bfloat16)
+            w = w * _expand_groups(s, BN, (2 * KH) // GROUP, GROUP)
         return w, w
 
 
