@@ -127,7 +127,7 @@ class Backend:
         if rb in self.runs:
             return "run", f"{rb} port runs on {self.kind}"
         if rb in self.compiles:
-            return "compile", f"{rb} port: compile-only check (no {self._needs(rb)} here)"
+            return "compile", f"{rb} port: compile-only check ({self._needs(rb)} is needed to run it)"
         return "skip", f"a {rb} port cannot run on the {self.kind} backend (needs {self._needs(rb)})"
 
     @staticmethod

@@ -5,13 +5,14 @@ Two ways to start the child, same worker code (``skillrun.execute.worker``):
 * ``spawn``: a fresh interpreter (``python -m skillrun.execute.worker task.json result.json``).
   Clean device state every time; costs an interpreter + torch import per task. Default on GPUs.
 * ``fork``: forked from a zygote process that has torch imported but no GPU context and no
-  Triton (zygote.py). Milliseconds per task. Default on the CPU backend.
+  kernel module (zygote.py). Milliseconds per task. Default on the CPU backend.
 
 Either way the child runs in its own process session: a segfault or abort kills only it, a hang is
 ended at the timeout by killing its process group, and its stdout/stderr are kept so the error in
-the artifact says what happened (a CUDA error message, an LLVM abort). Because Triton is first
-imported inside the child, the CPU backend can set ``TRITON_INTERPRET=1`` before that import, as
-the interpreter requires.
+the artifact says what happened (a CUDA error message, an LLVM abort). Triton reads
+``TRITON_INTERPRET`` whenever a function is decorated with ``@triton.jit``, including its own
+library functions at ``import triton``: the variable is therefore set in the environment of the
+process that first imports Triton (the spawned child, or the zygote, one zygote per environment).
 """
 from __future__ import annotations
 
@@ -86,9 +87,9 @@ class Zygote:
         if not hello or not json.loads(hello).get("ready"):
             self.stop()
             raise RuntimeError("the zygote did not start")
-        if json.loads(hello).get("triton_loaded"):
+        if json.loads(hello).get("kernels_loaded"):
             self.stop()
-            raise RuntimeError("the zygote imported triton at start; TRITON_INTERPRET could not be chosen per task")
+            raise RuntimeError("the zygote imported a kernel module; TRITON_INTERPRET could not be chosen per task")
 
     @staticmethod
     def _readline(stream: IO[str] | None, timeout_s: float) -> str | None:
@@ -110,9 +111,11 @@ class Zygote:
                     pass
             self.proc = None
 
-    def run(self, req: dict[str, Any], base_env: dict[str, str]) -> tuple[int, bool]:
+    def run(self, req: dict[str, Any], base_env: dict[str, str], key_env: dict[str, str | None]) -> tuple[int, bool]:
         with self.lock:
-            key = json.dumps(base_env, sort_keys=True)
+            # Restart only when what the zygote imported could differ (import path, Triton mode), not
+            # for every environment change (pytest, for one, rewrites PYTEST_CURRENT_TEST per test).
+            key = json.dumps([base_env.get("PYTHONPATH"), key_env], sort_keys=True)
             if self.proc is None or self.proc.poll() is not None or key != self.env_key:
                 self._start(base_env)
                 self.env_key = key
@@ -140,11 +143,14 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         t0 = time.perf_counter()
         code, timed_out = None, False
         if isolation == "fork":
-            base = child_env({"TRITON_INTERPRET": None})
+            # The backend's variables (TRITON_INTERPRET) go into the zygote's own environment: Triton
+            # decorates its library functions (tl.cdiv, …) when it is imported, which the zygote may
+            # already have done (the profiler imports it), so the choice must precede the zygote.
+            base = child_env(env)
             req = {"task": str(d / "task.json"), "result": str(d / "result.json"), "stdout": str(d / "stdout"),
-                   "stderr": str(d / "stderr"), "env": env or {}, "timeout_s": timeout_s}
+                   "stderr": str(d / "stderr"), "env": {}, "timeout_s": timeout_s}
             try:
-                code, timed_out = _ZYGOTE.run(req, base)
+                code, timed_out = _ZYGOTE.run(req, base, env or {})
             except (RuntimeError, OSError, ValueError):
                 code = None  # fall back to a fresh interpreter below
         if code is None:

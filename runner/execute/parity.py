@@ -49,12 +49,14 @@ def compare(out: Any, ref: Any, tol: dict[str, float]) -> dict[str, Any]:
     mismatched = int((~within).sum().item())
     big = r.abs() > atol  # relative error is only meaningful away from zero
     max_rel = float((diff[big] / r.abs()[big]).max().item()) if bool(big.any()) else 0.0
-    rnorm = float(torch.linalg.vector_norm(r).item())
-    dnorm = float(torch.linalg.vector_norm(of - r).item())
-    onorm = float(torch.linalg.vector_norm(of).item())
+    # Norms and the dot product in float64 so cosine is consistent (never above 1 by rounding).
+    rd, od = r.double(), of.double()
+    rnorm = float(torch.linalg.vector_norm(rd).item())
+    dnorm = float(torch.linalg.vector_norm(od - rd).item())
+    onorm = float(torch.linalg.vector_norm(od).item())
     rel_fro = dnorm / rnorm if rnorm > 0 else (0.0 if dnorm == 0 else float("inf"))
     if rnorm > 0 and onorm > 0:
-        cosine = float(torch.dot(of.double(), r.double()).item() / (onorm * rnorm))
+        cosine = max(-1.0, min(1.0, float(torch.dot(od, rd).item() / (onorm * rnorm))))
     else:
         cosine = 1.0 if rnorm == onorm == 0 else 0.0
     reasons = []

@@ -4,7 +4,6 @@ Tasks (JSON):
   candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
-  compile    FlyDSL compile-only facts through skillrun.check.check_skill (no GPU needed)
 
 Only torch, the problem/kernel modules and light skillrun modules are imported here (never
 pydantic models), so the child runs on a device image that lacks the runner's extras.
@@ -253,23 +252,7 @@ def _is_host_kernel(launch) -> bool:
     return (launch.describe or {}).get("backend") in ("torch", "cpu")
 
 
-def compile_task(task: dict) -> dict:
-    from pathlib import Path
-
-    from skillrun.kb.index import SkillIndex
-    from skillrun.kb.paths import set_kb_root
-
-    try:
-        from skillrun.check import check_skill
-    except ImportError as exc:
-        return {"status": "unavailable", "error": f"skillrun.check is not importable: {exc}"}
-    set_kb_root(task["kb_root"])
-    index = SkillIndex.load(Path(task["kb_root"]))
-    out = check_skill(index, task["skill_id"], arch=task.get("arch"), shapes=[task["shape"]], write=False)
-    return {"status": "ok", "check": _jsonable(out)}
-
-
-TASKS = {"candidate": candidate, "session": session, "compile": compile_task}
+TASKS = {"candidate": candidate, "session": session}
 
 
 def main(argv: list[str]) -> int:

@@ -2,9 +2,11 @@
 
 Starting a fresh interpreter costs seconds (importing torch), which dominates CPU-only runs of
 small tasks. The zygote pays that once; each task is still its own process (``os.fork``) in its
-own session, so a segfault, abort or hang still fails only that task. The zygote never imports
-Triton and never initializes a GPU, so a child can choose ``TRITON_INTERPRET`` before Triton is
-first imported and can initialize its own device context.
+own session, so a segfault, abort or hang still fails only that task. The zygote never imports a
+kernel module and never initializes a GPU, so each child creates its own device context. Triton
+reads ``TRITON_INTERPRET`` at every ``@triton.jit`` decoration, its own library's included (at
+``import triton``, which the profiler warm-up below triggers), so the harness starts one zygote per
+environment with the variable already chosen.
 
 Protocol (one JSON object per line): the harness writes
 ``{"task": path, "result": path, "stdout": path, "stderr": path, "env": {...}, "timeout_s": s}``;
@@ -69,8 +71,14 @@ def main() -> int:
 
     import skillrun.execute.worker  # noqa: F401
 
+    # The profiler's first session costs ~2 s (Kineto start-up); pay it here once so every forked
+    # child's integrity check starts warm. Host activity only: no device is touched.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        pass
+
     out = sys.stdout
-    out.write(json.dumps({"ready": True, "triton_loaded": "triton" in sys.modules}) + "\n")
+    kernels = [m for m in sys.modules if m.startswith("skillrun_kernels.") and m != "skillrun_kernels.protocol"]
+    out.write(json.dumps({"ready": True, "kernels_loaded": kernels}) + "\n")
     out.flush()
     for line in sys.stdin:
         if not line.strip():
