@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--combos", default="384x512,64x2048,384x2048,64x512", help="experts x inter_dim pairs for the table")
     ap.add_argument("--group-size", type=int, default=32)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--sweep-reps", type=int, default=6)
+    ap.add_argument("--sweep-reps", type=int, default=5)
+    ap.add_argument("--sweep-tokens", default="1,64,256,1024,4096", help="token counts swept (others reuse the nearest)")
     ap.add_argument("--loop-max-tokens", type=int, default=256, help="time the per-expert loop only up to this many tokens")
     ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--budget-s", type=float, default=1e9)
@@ -279,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     toks = args.tokens or [1, 16, 64, 256, 1024, 4096]
     shapes = [{"tokens": t, "model_dim": 7168, "inter_dim": i, "experts": e, "topk": 8, "group_size": args.group_size}
               for (e, i) in combos for t in toks]
-    sweep_shapes = [s for s in shapes if (s["experts"], s["inter_dim"]) in SWEEP_COMBOS]
+    sweep_toks = [int(v) for v in args.sweep_tokens.split(",") if v]
+    # alternate the two swept combos so a budget cut-off costs both the same shapes
+    sweep_shapes = sorted((s for s in shapes if (s["experts"], s["inter_dim"]) in SWEEP_COMBOS and s["tokens"] in sweep_toks),
+                          key=lambda s: (s["tokens"], SWEEP_COMBOS.index((s["experts"], s["inter_dim"]))))
     if args.dry_run_cpu:
         DEV, tm.DRY_RUN_CPU, args.jobs = "cpu", True, 1
         tm.load_interpreter_fixups()
@@ -303,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"precompiled in {result['precompile_s']:.1f}s; failures: {result['compile_failures']}", flush=True)
         result["sweep"] = []
         for shape in sweep_shapes:
-            if time.perf_counter() - t0 > args.budget_s * 0.5:
+            if time.perf_counter() - t0 > args.budget_s * 0.6:
                 print("sweep budget reached", flush=True)
                 break
             try:

@@ -15,15 +15,15 @@ LOG="$OUT/env_and_traces.txt"
 } >> "$LOG" 2>&1
 
 # 1. Baseline traces through the runner's own profile step (torch.profiler, record_shapes, CUDA).
-timeout 60 python3 -m skillrun.profile_run --out "$OUT/fp8_rowwise_batched_baseline.trace.json.gz" --steps 2:5 -- \
+timeout 45 python3 -m skillrun.profile_run --out "$OUT/fp8_rowwise_batched_baseline.trace.json.gz" --steps 2:5 -- \
   python3 benchmarks/workloads/fp8_rowwise_batched_workload.py >> "$LOG" 2>&1
-timeout 60 python3 -m skillrun.profile_run --out "$OUT/moe_a16wi4_baseline.trace.json.gz" --steps 2:5 -- \
+timeout 45 python3 -m skillrun.profile_run --out "$OUT/moe_a16wi4_baseline.trace.json.gz" --steps 2:5 -- \
   python3 benchmarks/workloads/moe_a16wi4_workload.py >> "$LOG" 2>&1
 python3 benchmarks/trace_top_kernels.py "$OUT"/*.trace.json.gz --top 12 2>&1 | tee -a "$LOG"
 ls -la "$OUT" >> "$LOG"
 
 # 2. fp8 rowwise batched GEMM: sweep + table.
-timeout 140 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --budget-s 110 \
+timeout 130 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --budget-s 100 \
   --out "$OUT/fp8_results.json" 2>&1 | tee "$OUT/fp8_log.txt"
 
 # 3. a16wi4 MoE: per-stage sweep + table (swept combos first, then the others while time lasts).
