@@ -21,8 +21,9 @@ Design (written for this project; upstream FlyDSL was read for facts only):
 
 Knobs (``config``): ``tile_m``, ``tile_n``, ``tile_k`` (multiple of 128), ``waves_per_eu`` (0 = no
 hint), ``xcd_swizzle`` (0 = M-fastest rasterization; g > 0 = remap over the 8 XCDs then group g
-M-tiles per N column), ``fused_promote`` (promote each block right after its MFMA instead of after
-all MFMAs of the K block). ``debug_data_scale`` exists only for the static-gate tests: it feeds a
+M-tiles per N column), ``fused_promote`` (promote each block right after its own MFMA; the default
+promotes a row of blocks one MFMA row later, which hides the MFMA latency and keeps at most two
+rows of block results live). ``debug_data_scale`` exists only for the static-gate tests: it feeds a
 data-dependent value (the bits of the loaded A scale) to the E8M0 scale operands, which is
 numerically wrong and must be caught by the ``e8m0_scale_pinned`` gate.
 """
@@ -199,25 +200,29 @@ def _kernel_body(g: dict, C, A, B, SA, SB, M) -> None:
         buf = kt % 2
         sa_t, sb_t = s_cur
         for kbl in range(kbs):
-            afr = [a_frag(buf, mi, kbl) for mi in range(m_rep)]
-            blocks = {}
+            pending = []  # (mi, blocks of row mi) not yet promoted
             for mi in range(m_rep):
-                for ni in range(n_acc):
-                    blk = block_mma(afr[mi], b_cur[kbl][ni], sa_t[kbl][0])
-                    if cfg.fused_promote:
+                af = a_frag(buf, mi, kbl)
+                row_blocks = [block_mma(af, b_cur[kbl][ni], sa_t[kbl][0]) for ni in range(n_acc)]
+                if cfg.fused_promote:
+                    for ni, blk in enumerate(row_blocks):
                         acc[mi][ni] = promote(blk, sa_t[kbl][mi], sb_t[kbl][ni], acc[mi][ni])
-                    else:
-                        blocks[mi, ni] = blk
+                    continue
+                # Row-pipelined promote: row mi-1's fp32 FMAs are issued after row mi's MFMAs, so
+                # each MFMA result is read one row of MFMAs later (latency hidden) and at most two
+                # rows of block results are live (the 4-wave register wall leaves no room for all).
+                for pmi, blks in pending:
+                    for ni, blk in enumerate(blks):
+                        acc[pmi][ni] = promote(blk, sa_t[kbl][pmi], sb_t[kbl][ni], acc[pmi][ni])
+                pending = [(mi, row_blocks)]
             if kbl + 1 == kbs and not last:
-                # Next tile's B fragments are issued once this tile's MFMAs have read
-                # theirs, so the two B register sets are never live together (the 4-wave register
-                # wall); their latency overlaps the promotes, the LDS store and the barrier.
+                # Next tile's B fragments are issued once this tile's MFMAs have read theirs, so
+                # the two B register sets are never live together; their latency overlaps the last
+                # promotes, the LDS store and the barrier.
                 b_next = load_b(kt + 1)
-            if not cfg.fused_promote:
-                # All promotes after the K block's last MFMA (cluster): the MFMA pipe is fed back to
-                # back and the fp32 FMAs overlap the tail of the MFMA stream.
-                for (mi, ni), blk in blocks.items():
-                    acc[mi][ni] = promote(blk, sa_t[kbl][mi], sb_t[kbl][ni], acc[mi][ni])
+            for pmi, blks in pending:
+                for ni, blk in enumerate(blks):
+                    acc[pmi][ni] = promote(blk, sa_t[kbl][pmi], sb_t[kbl][ni], acc[pmi][ni])
         if not last:
             # The next tile's scales are first needed by its promotes, after all its MFMAs: load
             # them late so they do not overlap this tile's scales in registers.
