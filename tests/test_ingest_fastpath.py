@@ -85,3 +85,52 @@ def test_truncated_large_file_is_an_input_error(tmp_path, small_chunks):
     with pytest.raises(InputError) as e:
         torch_trace.ingest_kineto(plain, small_limit=0, workers=2)
     assert str(plain) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_progress_reports_reach_the_total(tmp_path, small_chunks):
+    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+    calls = []
+    torch_trace.ingest_kineto(src, small_limit=0, workers=2, progress=lambda d, t: calls.append((d, t)))
+    assert calls and calls[-1][0] == calls[-1][1] == src.stat().st_size
+    assert calls[0][0] >= _array_offset(src)  # the header was read before the workers started
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+def _array_offset(p: Path) -> int:
+    data = p.read_bytes()
+    return data.index(b"[", data.index(b'"traceEvents"')) + 1
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from skillrun.ingest._jsonhead import BadJSON  # noqa: E402
+
+CK = (FIX / "kineto_gfx950_ck_blockscale.synthetic.json").read_bytes()
+_BODY = CK[CK.index(b"[", CK.index(b'"traceEvents"')) + 1:]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, len(_BODY)), flips=st.lists(st.tuples(st.integers(0, len(_BODY) - 1), st.integers(0, 255)),
+                                                        max_size=6))
+def test_fuzz_byte_scanner(cut, flips, small_chunks):
+    """The scanner itself (in-process) only ever fails with the errors the reader turns into InputError."""
+    raw = bytearray(_BODY)
+    for i, v in flips:
+        raw[i] = v
+    raw = bytes(raw[:cut] if cut < len(raw) and flips == [] else raw)
+    prefixes = _kineto_shard.detect_prefixes(raw[:1 << 20])
+    shard = _kineto_shard.Shard()
+    pos = [0]
+
+    def read(n):
+        b = raw[pos[0]:pos[0] + n]
+        pos[0] += len(b)
+        return b
+
+    try:
+        _kineto_shard.scan_stream(shard, read, prefixes, True)
+    except (ValueError, BadJSON, _kineto_shard.NoBoundary):
+        return
+    t = shard.kernel_table()
+    assert len(t["kname"]) == len(t["kdur"]) == len(t["kcorr"]) == len(t["launch"])

@@ -34,7 +34,7 @@ from .arch import devices_from_kineto
 FORMAT = "kineto_json"
 _CLEANUP: list = []
 LAST_STATS: dict = {}  # how the last Kineto read went (chunks read fast/slow, workers): for tests and benchmarks  # temporary files of the current read, removed once linking is done
-SMALL_LIMIT = 48 << 20  # below this (decompressed) the whole document is parsed at once
+SMALL_LIMIT = 16 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
 
 Progress = Optional[Callable[[int, int], None]]
@@ -230,7 +230,7 @@ def _run_ranges(path: Path, start: int, end: int, prefixes: Optional[dict], nwor
         p.start()
         child.close()
         procs.append((p, parent))
-    return _collect(path, procs, progress, end - start, first_done=0)
+    return _collect(path, procs, progress, end, first_done=start)
 
 
 def _collect(path: Path, procs: list, progress: Progress, total: int, first_done: int) -> tuple[list, dict]:
@@ -257,6 +257,8 @@ def _collect(path: Path, procs: list, progress: Progress, total: int, first_done
                 error = error or val
                 pending.pop(conn)
     handles = [_Remote(p, conn) for p, conn in procs]
+    if progress and not error:
+        progress(total, total)
     if error:
         for h in handles:
             if h.conn in firsts:
