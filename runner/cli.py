@@ -108,22 +108,23 @@ def _print_analysis(a: "api.Analysis", top: int) -> None:
             out.print(f"    {mark} {c.name}: {c.reason}" + ("" if c.required else " [dim](informational)[/]"))
 
     if a.plan.items:
-        t = Table(title="Plan", show_lines=True)
-        for c in ("card", "shape", "recipe", "kernel entry / config", "references", "expected", "projected e2e"):
-            t.add_column(c, overflow="fold")
-        for it in a.plan.items:
-            shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "unresolved"
-            rec = (it.recipe or "—") + (" [bold yellow](UNTUNED)[/]" if it.untuned else "")
-            cfg = (it.kernel_ref or "") + ("\n" + json.dumps(it.config) if it.config else "")
-            refs = it.references
-            refs_s = f"oracle {refs.get('oracle', '—')}\nbaseline {json.dumps(refs.get('baseline', {}))}"
-            exp = f"{it.expected_speedup:.2f}×" if it.expected_speedup else "—"
+        out.print("[bold]Plan[/] (expected speedups are the card's prior until a run measures them)")
+    for i, it in enumerate(a.plan.items, 1):
+        shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
+        out.print(f"[bold][{i}][/] {it.skill_id}  {shape}  [dim]({it.shape_provenance}, {it.pct_gpu:.2f}% of GPU time)[/]")
+        if it.recipe:
+            tag = " [bold yellow]UNTUNED[/]" if it.untuned else ""
+            out.print(f"    recipe [bold]{it.recipe}[/]{tag} → {it.kernel_ref} {json.dumps(it.config)}")
+            if it.lever:
+                out.print(f"    lever: {it.lever}")
+        refs = it.references
+        base = ", ".join(f"{k}={v}" for k, v in refs.get("baseline", {}).items())
+        out.print(f"    references: oracle {refs.get('oracle', '—')}; baseline {base or '—'}")
+        if it.expected_speedup:
             gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "—"
-            t.add_row(it.skill_id, f"{shape}\n({it.shape_provenance}, {it.pct_gpu:.2f}% GPU)", rec, cfg, refs_s, exp, gain)
-        out.print(t)
-        for it in a.plan.items:
-            for n in it.notes:
-                out.print(f"[yellow]note[/] {it.skill_id} {','.join(f'{k}={v}' for k, v in (it.shape or {}).items())}: {n}")
+            out.print(f"    expected {it.expected_speedup:.2f}× isolated → projected end-to-end gain f·(1−1/s) = {gain}")
+        for n in it.notes:
+            out.print(f"    [yellow]note:[/] {n}")
 
 
 @app.callback(invoke_without_command=True)
