@@ -68,9 +68,19 @@ def _run_once(launch, prepared, out, sync):
     return out if res is None else res
 
 
+def _fp32_oracle_precision() -> None:
+    """The oracle's fp32 matmul must be real fp32 on a GPU, not TF32 (a site default could change it)."""
+    import torch
+
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def candidate(task: dict) -> dict:
     from skillrun_kernels.protocol import UnsupportedShape
 
+    _fp32_oracle_precision()
     device = task["device"]
     sync = _sync(device)
     problem = importlib.import_module(task["problem"])
@@ -128,6 +138,7 @@ def _storage_bytes(objs) -> int:
 def session(task: dict) -> dict:
     import torch
 
+    _fp32_oracle_precision()
     device = task["device"]
     sync = _sync(device)
     use_device = device.startswith("cuda")

@@ -18,8 +18,9 @@ from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 PORT_SCOPE = "defects::port"
 PORT_HOST = r"^defects::port$"
 BASELINE_HOST = r"^aten::mm$"
-# cuBLAS GEMM kernel names on sm_80/sm_90 (nvjet_*, sm90_xmma_*, cutlass_*, ampere_*gemm*).
-BASELINE_DEVICE = r"(?i)(nvjet|xmma|cutlass|gemm|sm\d+_)"
+# cuBLAS GEMM kernel names on sm_80/sm_90 (nvjet_*, sm90_xmma_*, cutlass_*, ampere_*gemm*), and
+# the split-K reduction cuBLAS may add.
+BASELINE_DEVICE = r"(?i)(nvjet|xmma|cutlass|gemm|sm\d+_|splitKreduce)"
 
 # Set by the baseline, read by the cheating port that returns the baseline's output.
 LAST_BASELINE_OUT: list = []
