@@ -78,7 +78,7 @@ def _probe(call, shape: dict, what: str) -> None:
     """Run ``call`` once; a cuBLAS refusal becomes UnsupportedShape (a coverage gap, not a failure)."""
     try:
         call()
-    except RuntimeError as exc:
+    except (RuntimeError, NotImplementedError) as exc:
         if _is_not_supported(exc):
             raise UnsupportedShape(f"{what} does not support M={shape['M']}, N={shape['N']}, K={shape['K']}: {str(exc).splitlines()[0]}") from exc
         raise
@@ -149,14 +149,14 @@ def build_cublas_blockwise_padded(shape: dict, config: dict | None = None, devic
             for name, fn in _padded_call_forms():
                 try:
                     fn(prep["a"], prep["bt"], sa, sb_l4, L, scratch)
-                except RuntimeError as exc:
+                except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
                     errors.append(f"{name}: {str(exc).splitlines()[0]}")
                     continue
                 chosen.update(form=fn, name=name)
                 launch.describe["call_form"] = name
                 break
             else:
-                if errors and all(_is_not_supported(RuntimeError(e)) for e in errors):
+                if errors and all(_is_not_supported(Exception(e)) for e in errors):
                     raise UnsupportedShape("padded cuBLAS block-wise: " + "; ".join(errors))
                 raise UnsupportedShape("no padded cuBLAS block-wise call form accepted here: " + "; ".join(errors))
         return prep

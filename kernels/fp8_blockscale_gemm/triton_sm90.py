@@ -57,21 +57,38 @@ def _row_scale(sa_ptr, sb_ptr, offs_m, M, col_block, kb, stride_sam, stride_sak,
 
 
 @triton.jit
-def _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo, kb_hi,
+def _load_tile(src, off_r, k, n_rows, ld, ROWS: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr):
+    # TMA: a host-built tensor descriptor (the copy engine zero-fills rows past n_rows).
+    # Otherwise ``src`` is a plain pointer and the pipeliner uses cp.async with a row mask.
+    if TMA:
+        return src.load([off_r, k])
+    else:
+        r = off_r + tl.arange(0, ROWS)
+        c = k + tl.arange(0, BK)
+        return tl.load(src + r[:, None] * ld + c[None, :], mask=(r < n_rows)[:, None], other=0.0)
+
+
+@triton.jit
+def _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, kb_lo, kb_hi,
                   stride_sam, stride_sak, stride_sbn, stride_sbk,
                   BM: tl.constexpr, SUB_N: tl.constexpr, NSUB: tl.constexpr, BK: tl.constexpr,
-                  STAGES: tl.constexpr, WS: tl.constexpr):
+                  STAGES: tl.constexpr, WS: tl.constexpr, TMA: tl.constexpr, DIAG: tl.constexpr):
     acc0 = tl.zeros((BM, SUB_N), dtype=tl.float32)
     acc1 = tl.zeros((BM, SUB_N), dtype=tl.float32)
     for kb in tl.range(kb_lo, kb_hi, num_stages=STAGES, warp_specialize=WS):
         k = kb * BK
-        a = a_desc.load([off_m, k])
-        b0 = b_desc.load([off_n, k])
-        s0 = _row_scale(sa_ptr, sb_ptr, offs_m, M, off_n // BK, kb, stride_sam, stride_sak, stride_sbn, stride_sbk)
-        p0 = tl.dot(a, b0.T)
-        acc0 = tl.fma(p0, s0[:, None], acc0)
+        a = _load_tile(a_desc, off_m, k, M, K, BM, BK, TMA)
+        b0 = _load_tile(b_desc, off_n, k, N, K, SUB_N, BK, TMA)
+        if DIAG:
+            # Diagnostic only (ignores the scales): the same data movement and wgmma with the
+            # accumulation left in the tensor cores, i.e. this tile's ceiling without the promote.
+            acc0 = tl.dot(a, b0.T, acc0)
+        else:
+            s0 = _row_scale(sa_ptr, sb_ptr, offs_m, M, off_n // BK, kb, stride_sam, stride_sak, stride_sbn, stride_sbk)
+            p0 = tl.dot(a, b0.T)
+            acc0 = tl.fma(p0, s0[:, None], acc0)
         if NSUB == 2:
-            b1 = b_desc.load([off_n + SUB_N, k])
+            b1 = _load_tile(b_desc, off_n + SUB_N, k, N, K, SUB_N, BK, TMA)
             s1 = _row_scale(sa_ptr, sb_ptr, offs_m, M, (off_n + SUB_N) // BK, kb, stride_sam, stride_sak,
                             stride_sbn, stride_sbk)
             p1 = tl.dot(a, b1.T)
@@ -80,9 +97,10 @@ def _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo
 
 
 @triton.jit
-def _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo, kb_hi,
+def _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, kb_lo, kb_hi,
                  stride_sam, stride_sak, stride_sbn, stride_sbk,
-                 BM: tl.constexpr, SUB_N: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+                 BM: tl.constexpr, SUB_N: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                 TMA: tl.constexpr):
     # Two K blocks per iteration. The first dot's partial is used in the loop, so Triton waits
     # for it at once (wgmma wait 0); the second dot's partial is only carried to the next
     # iteration and first read after that wait, which lets the pipeliner leave it in flight
@@ -92,8 +110,8 @@ def _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo,
     acc = tl.zeros((BM, SUB_N), dtype=tl.float32)
     odd = (kb_hi - kb_lo) % 2
     if odd == 1:  # an odd block count: the first block seeds the carried partial
-        a = a_desc.load([off_m, kb_lo * BK])
-        b = b_desc.load([off_n, kb_lo * BK])
+        a = _load_tile(a_desc, off_m, kb_lo * BK, M, K, BM, BK, TMA)
+        b = _load_tile(b_desc, off_n, kb_lo * BK, N, K, SUB_N, BK, TMA)
         s_carry = _row_scale(sa_ptr, sb_ptr, offs_m, M, cb, kb_lo, stride_sam, stride_sak, stride_sbn, stride_sbk)
         p_carry = tl.dot(a, b.T)
     else:
@@ -101,10 +119,10 @@ def _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo,
         p_carry = tl.zeros((BM, SUB_N), dtype=tl.float32)
     for kb in tl.range(kb_lo + odd, kb_hi, 2, num_stages=STAGES):
         k0 = kb * BK
-        a0 = a_desc.load([off_m, k0])
-        b0 = b_desc.load([off_n, k0])
-        a1 = a_desc.load([off_m, k0 + BK])
-        b1 = b_desc.load([off_n, k0 + BK])
+        a0 = _load_tile(a_desc, off_m, k0, M, K, BM, BK, TMA)
+        b0 = _load_tile(b_desc, off_n, k0, N, K, SUB_N, BK, TMA)
+        a1 = _load_tile(a_desc, off_m, k0 + BK, M, K, BM, BK, TMA)
+        b1 = _load_tile(b_desc, off_n, k0 + BK, N, K, SUB_N, BK, TMA)
         s0 = _row_scale(sa_ptr, sb_ptr, offs_m, M, cb, kb, stride_sam, stride_sak, stride_sbn, stride_sbk)
         s1 = _row_scale(sa_ptr, sb_ptr, offs_m, M, cb, kb + 1, stride_sam, stride_sak, stride_sbn, stride_sbk)
         p0 = tl.dot(a0, b0.T)
@@ -133,7 +151,7 @@ def _fp8_blockscale_gemm_sm90(
     GROUP_M, NUM_SMS, SPLIT_K,
     BM: tl.constexpr, BN: tl.constexpr, NSUB: tl.constexpr, BK: tl.constexpr,
     STAGES: tl.constexpr, PERSISTENT: tl.constexpr, PAIR: tl.constexpr, WS: tl.constexpr,
-    USE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
+    USE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr, TMA: tl.constexpr, DIAG: tl.constexpr,
 ):
     SUB_N: tl.constexpr = BN // NSUB
     num_pid_m = tl.cdiv(M, BM)
@@ -148,13 +166,13 @@ def _fp8_blockscale_gemm_sm90(
             offs_m = off_m + tl.arange(0, BM)
             offs_n = off_n + tl.arange(0, SUB_N)
             if PAIR:
-                acc0 = _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, 0, num_kb,
-                                    stride_sam, stride_sak, stride_sbn, stride_sbk, BM, SUB_N, BK, STAGES)
+                acc0 = _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, 0, num_kb,
+                                    stride_sam, stride_sak, stride_sbn, stride_sbk, BM, SUB_N, BK, STAGES, TMA)
                 _store_tile(c_ptr, acc0, offs_m, offs_n, M, N, stride_cm, stride_cn)
             else:
-                acc0, acc1 = _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, 0, num_kb,
+                acc0, acc1 = _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, 0, num_kb,
                                            stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                           BM, SUB_N, NSUB, BK, STAGES, WS)
+                                           BM, SUB_N, NSUB, BK, STAGES, WS, TMA, DIAG)
                 _store_tile(c_ptr, acc0, offs_m, offs_n, M, N, stride_cm, stride_cn)
                 if NSUB == 2:
                     _store_tile(c_ptr, acc1, offs_m, offs_n + SUB_N, M, N, stride_cm, stride_cn)
@@ -173,13 +191,13 @@ def _fp8_blockscale_gemm_sm90(
             kb_lo = pid_k * per
             kb_hi = tl.minimum(kb_lo + per, num_kb)
         if PAIR:
-            acc0 = _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo, kb_hi,
-                                stride_sam, stride_sak, stride_sbn, stride_sbk, BM, SUB_N, BK, STAGES)
+            acc0 = _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, kb_lo, kb_hi,
+                                stride_sam, stride_sak, stride_sbn, stride_sbk, BM, SUB_N, BK, STAGES, TMA)
             acc1 = acc0
         else:
-            acc0, acc1 = _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, kb_lo, kb_hi,
+            acc0, acc1 = _k_loop_plain(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, kb_lo, kb_hi,
                                        stride_sam, stride_sak, stride_sbn, stride_sbk,
-                                       BM, SUB_N, NSUB, BK, STAGES, WS)
+                                       BM, SUB_N, NSUB, BK, STAGES, WS, TMA, DIAG)
         if USE_SPLIT:
             # Each split writes its fp32 partial; the last to take a ticket sums all splits in
             # split order (deterministic) and resets the ticket for the next launch.
@@ -226,6 +244,8 @@ class Config:
     pair: bool = False
     ws: bool = False
     flatten: bool = False
+    tma: bool = True  # False: pointer loads through cp.async (the TMA ablation)
+    diag_nopromote: bool = False  # diagnostic: skip the block scales (wrong numbers; a ceiling)
     group_m: int = 8
     split_k: int = 1
     ctas_per_sm: int = 1  # persistent grid = min(tiles, SMs x this); 2 lets two small CTAs share an SM
@@ -240,8 +260,10 @@ class Config:
         return Config(**d)
 
     def check(self) -> None:
-        if self.BN % self.NSUB or (self.BN // self.NSUB) > BK:
+        if self.BN % self.NSUB or ((self.BN // self.NSUB) > BK and not self.diag_nopromote):
             raise ValueError(f"triton_sm90 config: BN={self.BN} / NSUB={self.NSUB} must give a sub-tile <= {BK}")
+        if self.diag_nopromote and (self.pair or self.split_k > 1):
+            raise ValueError("triton_sm90 config: diag_nopromote is for the plain loop only")
         if self.pair and self.NSUB != 1:
             raise ValueError("triton_sm90 config: pair=True needs NSUB=1 (one extra partial must fit in registers)")
         if self.persistent and self.split_k > 1:
@@ -303,8 +325,8 @@ def prepare_operands(inputs: dict, cfg: Config) -> dict:
     dev = a.device
     prep = {
         "a": a, "b": b, "sa": sa_mn, "sb": sb, "M": M, "N": N, "K": K,
-        "a_desc": _descriptor(a, [cfg.BM, BK]),
-        "b_desc": _descriptor(b, [cfg.BN // cfg.NSUB, BK]),
+        "a_desc": _descriptor(a, [cfg.BM, BK]) if cfg.tma else a,
+        "b_desc": _descriptor(b, [cfg.BN // cfg.NSUB, BK]) if cfg.tma else b,
         "ws": torch.empty(1, device=dev, dtype=torch.float32),
         "tickets": torch.zeros(1, device=dev, dtype=torch.int32),
     }
@@ -331,8 +353,8 @@ def launch(prep: dict, out: torch.Tensor, cfg: Config, num_sms: int | None = Non
         out.stride(0), out.stride(1),
         cfg.group_m, grid[0] if cfg.persistent else nsm, cfg.split_k,
         BM=cfg.BM, BN=cfg.BN, NSUB=cfg.NSUB, BK=BK, STAGES=cfg.stages, PERSISTENT=cfg.persistent,
-        PAIR=cfg.pair, WS=cfg.ws, USE_SPLIT=cfg.split_k > 1, FLATTEN=cfg.flatten,
-        num_warps=cfg.num_warps, num_stages=cfg.stages,
+        PAIR=cfg.pair, WS=cfg.ws, USE_SPLIT=cfg.split_k > 1, FLATTEN=cfg.flatten, TMA=cfg.tma,
+        DIAG=cfg.diag_nopromote, num_warps=cfg.num_warps, num_stages=cfg.stages,
     )
     return out
 
@@ -346,8 +368,6 @@ def build(shape: dict, config: dict | None = None, device: str = "cuda") -> Kern
     cfg.check()
     if K % BK:
         raise UnsupportedShape(f"K={K} is not a multiple of {BK}")
-    if N % 16:
-        raise UnsupportedShape(f"N={N}: TMA needs 16-byte aligned rows of C and B (N % 16 == 0)")
 
     def prepare(inputs: dict) -> Any:
         return prepare_operands(inputs, cfg)
@@ -374,14 +394,15 @@ def _signature(cfg: Config) -> tuple[dict, dict, dict]:
     sig: dict[str, str] = {}
     attrs: dict = {}
     names = _fp8_blockscale_gemm_sm90.arg_names
-    aligned = {"sa_ptr", "sb_ptr", "c_ptr", "ws_ptr", "ticket_ptr", "stride_cm"}
+    aligned = {"a_desc", "b_desc", "sa_ptr", "sb_ptr", "c_ptr", "ws_ptr", "ticket_ptr", "stride_cm"}
     types = {
-        "a_desc": f"tensordesc<fp8e4nv[{cfg.BM}, {BK}]>", "b_desc": f"tensordesc<fp8e4nv[{sub_n}, {BK}]>",
+        "a_desc": f"tensordesc<fp8e4nv[{cfg.BM}, {BK}]>" if cfg.tma else "*fp8e4nv",
+        "b_desc": f"tensordesc<fp8e4nv[{sub_n}, {BK}]>" if cfg.tma else "*fp8e4nv",
         "sa_ptr": "*fp32", "sb_ptr": "*fp32", "c_ptr": "*bf16", "ws_ptr": "*fp32", "ticket_ptr": "*i32",
     }
     constexprs = {"BM": cfg.BM, "BN": cfg.BN, "NSUB": cfg.NSUB, "BK": BK, "STAGES": cfg.stages,
                   "PERSISTENT": cfg.persistent, "PAIR": cfg.pair, "WS": cfg.ws, "USE_SPLIT": cfg.split_k > 1,
-                  "FLATTEN": cfg.flatten,
+                  "FLATTEN": cfg.flatten, "TMA": cfg.tma, "DIAG": cfg.diag_nopromote,
                   # strides of unit value are specialised to constants by the JIT, as on the device
                   "stride_sam": 1, "stride_sbk": 1, "stride_cn": 1}
     for i, n in enumerate(names):
@@ -392,6 +413,21 @@ def _signature(cfg: Config) -> tuple[dict, dict, dict]:
             if n in aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     return sig, constexprs, attrs
+
+
+def _fma_while_pending(ptx: str) -> int:
+    """fp32 FMAs issued (in program order) between a wgmma commit and the next wait: promote work
+    the CUDA cores do while the tensor cores still run a group. 0 means no promote is overlapped."""
+    pending = False
+    count = 0
+    for line in ptx.splitlines():
+        if "wgmma.commit_group" in line:
+            pending = True
+        elif "wgmma.wait_group" in line:
+            pending = False
+        elif pending and "fma.rn.f32" in line:
+            count += 1
+    return count
 
 
 def compile_only(shape: dict | None = None, config: dict | None = None, arch: str = "sm_90") -> dict:
@@ -419,6 +455,7 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
         "wgmma_wait": {n: len(re.findall(rf"wgmma\.wait_group\.sync\.aligned\s+{n};", ptx)) for n in range(4)},
         "bar_sync": len(re.findall(r"\bbar\.sync\b|barrier\.sync", ptx)),
         "fma_f32": len(re.findall(r"\bfma\.rn\.f32\b", ptx)),
+        "fma_while_wgmma_pending": _fma_while_pending(ptx),
     }
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as tmp:
