@@ -67,6 +67,7 @@ def large_grid() -> list[dict]:
     g.append(dict(P, stages=3, pair=True))
     g.append(dict(BM=128, BN=128, num_warps=8, persistent=False, stages=4))  # one CTA per tile
     g.append(dict(BM=128, BN=128, num_warps=8, persistent=False, stages=2, pair=True))
+    g.append(dict(BM=128, BN=128, num_warps=8, persistent=False, stages=3, pair=True))
     g.append(dict(BM=64, BN=128, num_warps=4, persistent=False, stages=4))  # two CTAs per SM
     g.append(dict(BM=64, BN=128, num_warps=4, persistent=False, stages=2, pair=True))
     g.append(dict(BM=64, BN=128, num_warps=4, persistent=True, stages=4, ctas_per_sm=2))
