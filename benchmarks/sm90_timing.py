@@ -38,11 +38,6 @@ def load_interpreter_fixups() -> None:
     import interp_fixups  # noqa: F401
 
 
-class _Replay:
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.replay = fn
-
-
 def sync() -> None:
     if not DRY_RUN_CPU:
         torch.cuda.synchronize()
@@ -57,11 +52,31 @@ class L2Flush:
             self.buf.zero_()
 
 
-def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+class CapturedGraph:
+    """A captured CUDA graph together with the callable it was captured from.
+
+    The graph replays raw device addresses; keeping the callable (and through it every tensor
+    the call reads or writes) alive is what keeps those addresses valid. Dropping the callable
+    while keeping only ``graph.replay`` let the caching allocator reuse or release the buffers:
+    the first H200 run of the fp8 sweep died with an illegal address that way.
+    """
+
+    def __init__(self, graph, fn: Callable[[], Any]) -> None:
+        self.graph = graph
+        self.fn = fn
+
+    def replay(self) -> None:
+        if self.graph is None:
+            self.fn()
+        else:
+            self.graph.replay()
+
+
+def capture_graph(fn: Callable[[], Any]) -> CapturedGraph:
     """Warm ``fn`` up on a side stream (as capture requires), then capture one call."""
     if DRY_RUN_CPU:
         fn()
-        return _Replay(fn)  # type: ignore[return-value]
+        return CapturedGraph(None, fn)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -73,7 +88,7 @@ def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
-    return graph
+    return CapturedGraph(graph, fn)
 
 
 def time_interleaved(

@@ -126,6 +126,16 @@ def test_metrics_count_what_the_problem_moves():
     assert problem.min_bytes(shape) > 16 * 1280 * 8192  # the fp8 weights dominate at M=1
 
 
+def test_pad_rows_appends_zero_rows_with_unit_scale():
+    inp = _tiny_inputs()  # M = 3
+    xp, sp = references.pad_rows(inp["xq"], inp["x_scale"], 16)
+    assert xp.shape == (2, 16, 32) and xp.dtype == torch.float8_e4m3fn and sp.shape == (2, 16)
+    assert torch.equal(xp[:, :3].view(torch.uint8), inp["xq"].view(torch.uint8))
+    assert int(xp[:, 3:].view(torch.uint8).abs().sum()) == 0 and bool((sp[:, 3:] == 1).all())
+    same, _ = references.pad_rows(inp["xq"], inp["x_scale"], 1)
+    assert same is inp["xq"]
+
+
 def test_cuda_references_refuse_cpu():
     shape = {"batch": 2, "M": 4, "N": 16, "K": 32}
     with pytest.raises(UnsupportedShape):

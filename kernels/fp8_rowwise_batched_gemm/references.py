@@ -17,7 +17,9 @@ from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 from . import problem
 
 # Kernel names the CUDA references launch (read from torch.profiler traces on the H200; see NOTES.md).
-SCALED_MM_KERNELS = r"^(nvjet_sm90_.*|.*f8f8bf16_rowwise.*|.*cutlass.*)$"
+# The loop's own kernels (cuBLASLt "nvjet" rowwise kernels carry "ovscale"; CUTLASS f8f8bf16_rowwise
+# on older cuBLAS) plus the copy kernel of the padded-M path.
+SCALED_MM_KERNELS = r"^(nvjet_sm90_.*|.*f8f8bf16_rowwise.*|.*cutlass.*|.*direct_copy_kernel.*|.*elementwise_kernel.*)$"
 SCALED_GROUPED_MM_KERNELS = r"^(.*cutlass.*|.*f8f8bf16_grouped.*|.*device_kernel.*)$"
 
 
@@ -35,27 +37,54 @@ def _cuda_sm(device: str) -> tuple[int, int]:
     return torch.cuda.get_device_capability(torch.device(device))
 
 
+def pad_rows(xq: torch.Tensor, x_scale: torch.Tensor, multiple: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero rows (scale 1) appended so M is a multiple of ``multiple``; inputs returned as is if it is."""
+    b, m, k = xq.shape
+    mp = -(-m // multiple) * multiple
+    if mp == m:
+        return xq, x_scale
+    xp = torch.zeros(b, mp, k, dtype=torch.uint8, device=xq.device)
+    xp[:, :m].copy_(xq.view(torch.uint8))
+    sp = torch.ones(b, mp, dtype=x_scale.dtype, device=x_scale.device)
+    sp[:, :m].copy_(x_scale)
+    return xp.view(xq.dtype), sp
+
+
 def build_scaled_mm_loop(shape: dict, config: dict, device: str) -> KernelLaunch:
-    """B calls of ``torch._scaled_mm(xq[b], wq[b].t(), scale_a=(M,1), scale_b=(1,N))``."""
+    """B calls of ``torch._scaled_mm(xq[b], wq[b].t(), scale_a=(M,1), scale_b=(1,N))``.
+
+    On the H200 (torch 2.11, CUDA 13.0) cuBLASLt's rowwise path refused M=1 at N=1280, K=8192
+    with CUBLAS_STATUS_NOT_SUPPORTED, so by default M is padded to a multiple of 16 (zero rows,
+    padded once in ``prepare``); the timed call then also copies the M real rows out, as a user's
+    padded code would. ``config={"pad_m_to": 1}`` disables the padding.
+    """
     _cuda_sm(device)
-    fast_accum = bool((config or {}).get("use_fast_accum", True))
+    cfg = config or {}
+    fast_accum = bool(cfg.get("use_fast_accum", True))
+    pad_to = int(cfg.get("pad_m_to", 16))
+    m = int(shape["M"])
 
     def prepare(inputs: dict) -> dict:
-        xq, wq = inputs["xq"], inputs["wq"]
-        xs, ws = inputs["x_scale"], inputs["w_scale"]
+        xq, xs = pad_rows(inputs["xq"], inputs["x_scale"], pad_to)
+        wq, ws = inputs["wq"], inputs["w_scale"]
+        padded = xq.shape[1] != m
         return {
             "a": [xq[b] for b in range(xq.shape[0])],
             "bt": [wq[b].t() for b in range(wq.shape[0])],  # (K, N) column-major: cuBLASLt's TN form
             "sa": [xs[b].reshape(-1, 1).contiguous() for b in range(xs.shape[0])],
             "sb": [ws[b].reshape(1, -1).contiguous() for b in range(ws.shape[0])],
+            "tmp": torch.empty(xq.shape[0], xq.shape[1], wq.shape[1], dtype=torch.bfloat16, device=xq.device) if padded else None,
         }
 
     def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        target = out if p["tmp"] is None else p["tmp"]
         for b in range(len(p["a"])):
             torch._scaled_mm(
                 p["a"][b], p["bt"][b], scale_a=p["sa"][b], scale_b=p["sb"][b],
-                out_dtype=torch.bfloat16, use_fast_accum=fast_accum, out=out[b],
+                out_dtype=torch.bfloat16, use_fast_accum=fast_accum, out=target[b],
             )
+        if p["tmp"] is not None:
+            out.copy_(p["tmp"][:, :m])
         return out
 
     return KernelLaunch(
@@ -63,7 +92,8 @@ def build_scaled_mm_loop(shape: dict, config: dict, device: str) -> KernelLaunch
         run=run,
         prepare=prepare,
         expect_kernels=SCALED_MM_KERNELS,
-        describe={"backend": "cublas", "launches": int(shape["batch"]), "use_fast_accum": fast_accum},
+        describe={"backend": "cublas", "launches": int(shape["batch"]), "use_fast_accum": fast_accum,
+                  "pad_m_to": pad_to if m % pad_to else None},
     )
 
 

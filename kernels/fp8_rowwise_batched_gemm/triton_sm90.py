@@ -113,9 +113,23 @@ def prepare_weights(wq: torch.Tensor, layout: str = "nk") -> PreparedWeights:
     raise ValueError(f"layout must be 'nk' or 'kn', got {layout!r}")
 
 
-# Configs measured on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep); keyed by
-# (N, K) and the largest M the entry covers. Filled from the sweep in kernels/.../NOTES.md.
-TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {}
+def _cfg(bm: int, bn: int, bk: int, gm: int, warps: int, stages: int) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "num_warps": warps, "num_stages": stages}
+
+
+# Sweep winners on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep, B=16, commit
+# f95b066; NOTES.md has every candidate's time). Keyed by (N, K) -> [(largest M covered, config)];
+# the shape at the bucket's upper edge is the one that was measured. Shapes with no entry get a
+# regime default and are reported as untuned.
+TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {
+    (1280, 8192): [
+        (1, _cfg(16, 128, 256, 1, 4, 3)),      # 57.4 us (2.9 TB/s of weights)
+        (32, _cfg(64, 128, 128, 1, 4, 4)),     # 57.2 us
+        (128, _cfg(64, 128, 128, 8, 4, 4)),    # 75.7 us
+        (512, _cfg(128, 128, 128, 8, 4, 4)),   # 151.0 us, 1138 TF
+        (1024, _cfg(128, 256, 128, 8, 8, 3)),  # 246.5 us, 1394 TF
+    ],
+}
 
 DEFAULT_SMALL_M = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
 DEFAULT_MID_M = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
@@ -132,9 +146,6 @@ def pick_config(batch: int, m: int, n: int, k: int) -> tuple[dict, bool]:
     if m <= 256:
         return dict(DEFAULT_MID_M), False
     return dict(DEFAULT_LARGE_M), False
-
-
-_LAUNCH_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 
 
 def fp8_rowwise_batched_gemm(

@@ -22,6 +22,7 @@ Blocks past the last valid row exit at once; their count is bounded on the host 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -295,9 +296,33 @@ DEFAULT_PREFILL = {
     "BLOCK_M": 64, "BLOCK_N1": 64, "BLOCK_K1": 64, "warps1": 4, "stages1": 4, "split1": True,
     "BLOCK_N2": 128, "BLOCK_K2": 64, "warps2": 4, "stages2": 4, "split2": True, "scale_acc": False,
 }
-# Measured configs (benchmarks/bench_moe_a16wi4_sm90.py --sweep on the H200; NOTES.md):
-# inter_dim -> [(largest rows-per-expert covered, config)], checked in order.
-TUNED: dict[int, list[tuple[float, dict]]] = {}
+def _cfg(bm: int, s1: tuple, s2: tuple) -> dict:
+    (n1, k1, w1, st1, sp1), (n2, k2, w2, st2, sp2) = s1, s2
+    return {"BLOCK_M": bm, "BLOCK_N1": n1, "BLOCK_K1": k1, "warps1": w1, "stages1": st1, "split1": sp1,
+            "BLOCK_N2": n2, "BLOCK_K2": k2, "warps2": w2, "stages2": st2, "split2": sp2, "scale_acc": False}
+
+
+# Per-stage sweep winners on the H200 (benchmarks/bench_moe_a16wi4_sm90.py --sweep, model_dim 7168,
+# top-8, group 32, commit f95b066; NOTES.md lists every candidate). inter_dim -> [(rows per expert
+# r at which the entry was measured, config)]; a shape takes the entry of its regime whose r is
+# nearest on a log scale (what the benchmark table used).
+TUNED_GROUP = 32
+TUNED: dict[int, list[tuple[float, dict]]] = {
+    512: [  # measured at E=384
+        (8 / 384, _cfg(16, (32, 256, 4, 4, True), (64, 128, 4, 4, True))),         # T=1: 45.3 + 26.5 us
+        (64 * 8 / 384, _cfg(16, (64, 128, 4, 4, True), (128, 128, 4, 4, True))),   # T=64
+        (256 * 8 / 384, _cfg(16, (64, 128, 4, 4, True), (128, 128, 4, 4, True))),  # T=256
+        (1024 * 8 / 384, _cfg(32, (64, 128, 4, 4, True), (128, 128, 4, 4, False))),  # T=1024
+        (4096 * 8 / 384, _cfg(128, (64, 64, 4, 4, True), (128, 64, 4, 4, True))),  # T=4096
+    ],
+    2048: [  # measured at E=64
+        (8 / 64, _cfg(16, (64, 128, 4, 4, True), (64, 256, 4, 4, False))),         # T=1
+        (64 * 8 / 64, _cfg(16, (64, 128, 4, 4, True), (128, 128, 4, 4, True))),    # T=64
+        (256 * 8 / 64, _cfg(64, (64, 128, 4, 4, True), (128, 128, 4, 4, True))),   # T=256
+        (1024 * 8 / 64, _cfg(128, (64, 64, 4, 4, True), (128, 64, 4, 4, True))),   # T=1024
+        (4096 * 8 / 64, _cfg(128, (64, 64, 4, 4, True), (128, 64, 4, 4, True))),   # T=4096
+    ],
+}
 
 
 def rows_per_expert(tokens: int, topk: int, experts: int) -> float:
@@ -311,13 +336,13 @@ def regime(r: float) -> str:
 def pick_config(tokens: int, topk: int, experts: int, inter_dim: int, group_size: int) -> tuple[dict, bool]:
     """The config for a shape and whether it came from a measured entry (else a regime default)."""
     r = rows_per_expert(tokens, topk, experts)
-    if group_size % 32 == 0:  # the measured tiles assume K tiles that are multiples of the group
-        for max_r, cfg in TUNED.get(inter_dim, []):
-            if r <= max_r and all(cfg[f"BLOCK_K{s}"] % group_size == 0 for s in (1, 2)):
-                return dict(cfg), True
+    table = TUNED.get(inter_dim, []) if group_size == TUNED_GROUP else []  # measured at group 32 only
+    same = [(abs(math.log(mr / r)), cfg) for mr, cfg in table if regime(mr) == regime(r)]
+    if same:
+        return dict(min(same, key=lambda x: x[0])[1]), True
     base = {"decode": DEFAULT_DECODE, "mid": DEFAULT_MID, "prefill": DEFAULT_PREFILL}[regime(r)]
     cfg = dict(base)
-    for s in (1, 2):  # keep K tiles a multiple of the group
+    for s in (1, 2):
         cfg[f"BLOCK_K{s}"] = max(cfg[f"BLOCK_K{s}"], group_size)
     return cfg, False
 
