@@ -153,3 +153,45 @@ def test_bad_options_are_usage_errors():
         ExecOptions.from_kw({"nonsense": 1})
     with pytest.raises(UsageError):
         ExecOptions.from_kw({"isolation": "thread"})
+
+
+class _Ev:
+    def __init__(self, name, device, annotation=False):
+        self.name = name
+        self.device_type = torch.autograd.DeviceType.CUDA if device else torch.autograd.DeviceType.CPU
+        self.is_user_annotation = annotation
+
+
+# What torch.profiler returned for the toy Triton port and torch.mm (cuBLAS) on the lent H200
+# (2026-11-29, torch 2.11.0+cu130): the harness scope mirrored as a GPU annotation, a runtime
+# memset beside the cuBLAS kernel.
+H200_PORT = [_Ev("skillrun::slot", False), _Ev("cudaLaunchKernel", False), _Ev("skillrun::slot", True, True),
+             _Ev("_toy_mm_kernel", True)]
+H200_BASELINE = [_Ev("skillrun::slot", False), _Ev("aten::mm", False), _Ev("skillrun::slot", True, True),
+                 _Ev("Memset (Device)", True), _Ev("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", True)]
+BASE_RX = r"(?i)(nvjet|xmma|cutlass|gemm|sm\d+_|splitKreduce)"
+
+
+def test_gpu_annotations_are_not_kernels_and_memsets_are_exempt():
+    from skillrun.execute.integrity import split_events
+
+    dev, host = split_events(H200_PORT)
+    assert dev == ["_toy_mm_kernel"] and "skillrun::slot" in host
+    assert evaluate_names("port", r"^_toy_mm_kernel$", {"baseline": BASE_RX}, dev, device=True)["passed"]
+    dev, _ = split_events(H200_BASELINE)
+    gate = evaluate_names("baseline", BASE_RX, {"port": r"^_toy_mm_kernel$"}, dev, device=True)
+    assert gate["passed"] and gate["runtime_fills"] == ["Memset (Device)"]
+    # Without the annotation flag (older torch), a device name that is also a host event is dropped.
+    legacy = [_Ev("skillrun::slot", False), _Ev("skillrun::slot", True, False), _Ev("_toy_mm_kernel", True)]
+    assert split_events(legacy)[0] == ["_toy_mm_kernel"]
+
+
+def test_a_memcpy_is_not_exempt_and_a_cheat_is_still_caught():
+    cheat = ["_toy_mm_kernel", "Memset (Device)", "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"]
+    g = evaluate_names("port", r"^_toy_mm_kernel$", {"baseline": BASE_RX}, cheat, device=True)
+    assert not g["passed"] and "nvjet" in g["reason"]
+    copy = evaluate_names("port", r"^_toy_mm_kernel$", {"baseline": BASE_RX},
+                          ["_toy_mm_kernel", "Memcpy DtoD (Device -> Device)"], device=True)
+    assert not copy["passed"] and "Memcpy" in copy["reason"]
+    only_fill = evaluate_names("port", r"^_toy_mm_kernel$", {}, ["Memset (Device)"], device=True)
+    assert not only_fill["passed"] and "no device kernel" in only_fill["reason"]
