@@ -74,6 +74,15 @@ def _regex(prefixes: dict[bytes, bytes]) -> re.Pattern:
     return rx
 
 
+def _op_head(prefix: bytes) -> re.Pattern:
+    rx = _RX_CACHE.get(("op", prefix))
+    if rx is None:
+        rx = _RX_CACHE[("op", prefix)] = re.compile(
+            re.escape(prefix) + rb'([^"\\]*)"\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*(-?\d+)\s*,\s*"ts"\s*:\s*'
+            rb'(-?[0-9.eE+-]+)\s*,\s*"dur"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"args"\s*:\s*\{\s*"External id"\s*:\s*(\d+)')
+    return rx
+
+
 # What follows a kernel's name, up to the opening brace of its args.
 _KTAIL = re.compile(rb'"\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*[^,]*,\s*"ts"\s*:\s*[-0-9.eE+]+\s*,\s*'
                     rb'"dur"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"args"\s*:\s*\{')
@@ -406,6 +415,30 @@ class Shard:
             oid = self._opkey(s[0], sig)
         return ext, oid, float(s[7].strip(_STRIP)), float(s[9].strip(_STRIP)), int(s[5].strip(_STRIP))
 
+    def _parse_op_fast(self, buf: bytes, i: int, prefix: bytes, head: re.Pattern) -> Optional[tuple]:
+        """Kineto's usual op layout (External id first in args); None when it is something else."""
+        m = head.match(buf, i)
+        if m is None:
+            return None
+        name, tid, ts, dur, ext = m.groups()
+        a0 = m.end()
+        e = buf.find(b"}", a0)
+        if e < 0:
+            return None
+        a = buf.find(b'"Concrete Inputs"', a0, e)
+        b = buf.find(b'"Input', a0, e)
+        k = a if (a >= 0 and (b < 0 or a < b)) else b
+        if k >= 0:
+            z = buf.find(b'"Ev Idx"', k, e)
+            sig = buf[k:z if z >= 0 else e].rstrip(b", \n\r\t")
+        else:
+            sig = b""
+        key = (name, sig)
+        oid = self.opkey_ids.get(key)
+        if oid is None:
+            oid = self._opkey(name, sig)
+        return int(ext), oid, float(ts), float(dur), int(tid)
+
     def _scan_ops(self, buf: bytes, prefix: bytes) -> None:
         """Eager op reading (no file behind the chunk)."""
         find = buf.find
@@ -442,25 +475,26 @@ class Shard:
                 out[c] = v
         return out
 
-    def lookup_ops(self, exts: Iterable[int]) -> tuple[dict[int, tuple], dict[int, tuple], dict[int, int]]:
-        """Ops for ``exts``: parsed ones ``ext → (opkey id, ts, dur, tid)`` with the opkeys they
-        use (``id → (name, sig, has_dims)``), and file offsets of ops not parsed yet."""
+    def lookup_ops(self, exts: Iterable[int]) -> tuple[dict[int, tuple], dict[int, tuple]]:
+        """Ops for ``exts`` held by this shard: ``ext → (opkey id, ts, dur, tid)`` and the opkeys
+        they use (``id → (name, sig, has_dims)``). Ops only indexed by offset are parsed now."""
         get = self.ops.get
         pos = self.op_pos.get
         found = {}
-        used: dict[int, tuple] = {}
-        offsets = {}
+        todo = []
         for x in exts:
             v = get(x)
             if v is not None:
                 found[x] = v
-                if v[0] not in used:
-                    used[v[0]] = self.opkeys[v[0]]
             else:
                 o = pos(x)
                 if o is not None:
-                    offsets[x] = o
-        return found, used, offsets
+                    todo.append((o, x))
+        if todo:
+            parsed, _ = self.parse_ops_at(todo)
+            found.update(parsed)
+        used = {oid: self.opkeys[oid] for oid in {v[0] for v in found.values()}}
+        return found, used
 
     def parse_ops_at(self, todo: list[tuple[int, int]]) -> tuple[dict[int, tuple], dict[int, tuple]]:
         """Parse the cpu_ops at these (file offset, ext) pairs — any worker can, the file is shared."""
@@ -469,6 +503,7 @@ class Shard:
         if self.path is None or not todo:
             return out, used
         prefix = self.prefixes[CAT_OP]
+        head = _op_head(prefix)
         block = b""
         blk = 0
         with open(self.path, "rb") as fh:
@@ -480,7 +515,9 @@ class Shard:
                         block = fh.read(max(width, 1 << 20))
                         blk = off
                     try:
-                        r = self._parse_op(block, off - blk, prefix)
+                        r = self._parse_op_fast(block, off - blk, prefix, head)
+                        if r is None:
+                            r = self._parse_op(block, off - blk, prefix)
                         break
                     except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
                         r = None
@@ -725,37 +762,47 @@ def serve(conn, shard: "Shard", first: dict) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def worker_range(conn, path: str, start: int, end: int, prefixes: Optional[dict], is_last: bool) -> None:
-    """Child process: scan bytes [start, end) of a plain file, then serve queries."""
+def worker_range(conn, path: str, prefixes: Optional[dict]) -> None:
+    """Child process: scan the byte ranges the parent hands out, then serve queries.
+
+    Ranges come one at a time (``("range", start, end, is_last)``) so that a worker that gets
+    cheap ranges takes more of them; ``("finish",)`` ends the scanning.
+    """
     import gc
+    import time
 
     gc.disable()  # millions of small tuples, no cycles: the cyclic GC would only cost time
     shard = Shard()
     shard.path = path
     shard.prefixes = prefixes
+    tail: dict = {}
     try:
         with open(path, "rb") as fh:
-            fh.seek(start)
-            left = [end - start]
+            while True:
+                msg = conn.recv()
+                if msg[0] != "range":
+                    break
+                _, start, end, is_last = msg
+                fh.seek(start)
+                left = [end - start]
 
-            def read(n: int) -> bytes:
-                if left[0] <= 0:
-                    return b""
-                b = fh.read(min(n, left[0]))
-                left[0] -= len(b)
-                return b
+                def read(n: int) -> bytes:
+                    if left[0] <= 0:
+                        return b""
+                    b = fh.read(min(n, left[0]))
+                    left[0] -= len(b)
+                    return b
 
-            done = [0]
+                def report(n: int) -> None:
+                    conn.send(("progress", n))
 
-            def report(n: int) -> None:
-                done[0] += n
-                conn.send(("progress", n))
-
-            tail = scan_stream(shard, read, prefixes, is_last, report, base=start)
+                got = scan_stream(shard, read, prefixes, is_last, report, base=start)
+                tail.update(got)
+                conn.send(("ranged", None))
     except NoBoundary:
         conn.send(("error", "NoBoundary"))
         return
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    serve(conn, shard, {"tail": tail})
+    serve(conn, shard, {"tail": tail, "cpu_s": time.process_time()})

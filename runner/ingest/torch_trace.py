@@ -199,42 +199,48 @@ def _read_at(path: Path, offset: int, n: int) -> bytes:
         return fh.read(n)
 
 
+RANGES_PER_WORKER = 8  # more ranges than workers: the GPU half of a trace costs more per byte
+
+
 def _run_ranges(path: Path, start: int, end: int, prefixes: Optional[dict], nworkers: int,
                 progress: Progress) -> tuple[list, dict]:
-    # Split [start, end) at event boundaries near equal shares.
-    cuts = [start]
+    # Split [start, end) at event boundaries into equal shares; workers pull them one by one.
+    nranges = max(1, nworkers * RANGES_PER_WORKER) if end - start > (8 << 20) else nworkers
+    cuts: list[tuple[int, int]] = []
     span = end - start
-    for k in range(1, nworkers):
-        want = start + span * k // nworkers
+    for k in range(1, nranges):
+        want = start + span * k // nranges
         window = _read_at(path, want, 4 << 20)
         m = BOUNDARY.search(window)
         if m is None:
             continue
         c = want + m.start() + 1
-        nxt = window.find(b"{", m.start() + 1)
-        if c > cuts[-1]:
-            cuts.append((c, want + nxt))
+        nxt = want + window.find(b"{", m.start() + 1)
+        if c > (cuts[-1][1] if cuts else start):
+            cuts.append((c, nxt))
     bounds = []
     prev = start
-    for c in cuts[1:]:
-        cut_end, next_start = c
-        bounds.append((prev, cut_end))
+    for cut_end, next_start in cuts:
+        bounds.append((prev, cut_end, False))
         prev = next_start
-    bounds.append((prev, end))
+    bounds.append((prev, end, True))
+    todo = list(bounds)
     ctx = _mp_context()
     procs = []
-    for i, (a, b) in enumerate(bounds):
+    for _ in range(min(nworkers, len(bounds))):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_range, args=(child, str(path), a, b, prefixes, i == len(bounds) - 1),
-                        daemon=True)
+        p = ctx.Process(target=worker_range, args=(child, str(path), prefixes), daemon=True)
         p.start()
         child.close()
+        parent.send(("range",) + todo.pop(0))
         procs.append((p, parent))
-    return _collect(path, procs, progress, end, first_done=start)
+    return _collect(path, procs, progress, end, first_done=start, todo=todo)
 
 
-def _collect(path: Path, procs: list, progress: Progress, total: int, first_done: int) -> tuple[list, dict]:
+def _collect(path: Path, procs: list, progress: Progress, total: int, first_done: int,
+             todo: Optional[list] = None) -> tuple[list, dict]:
     done = first_done
+    todo = todo if todo is not None else []
     pending = {conn: p for p, conn in procs}
     firsts: dict[Any, dict] = {}
     error: Optional[str] = None
@@ -250,8 +256,14 @@ def _collect(path: Path, procs: list, progress: Progress, total: int, first_done
                 done += val
                 if progress:
                     progress(min(done, total), total)
+            elif kind == "ranged":
+                if todo and not error:
+                    conn.send(("range",) + todo.pop(0))
+                else:
+                    conn.send(("finish",))
             elif kind == "done":
                 firsts[conn] = val
+                _mark(f"worker done (cpu {val.get('cpu_s', 0):.2f}s)")
                 pending.pop(conn)
             else:
                 error = error or val
@@ -419,27 +431,11 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     # 3. Ops for those ids, from every shard.
     ops: dict[int, tuple] = {}
     opkeys: dict[tuple, Any] = {}  # (shard, local opkey id) → OpRef
-    positions: list[tuple[int, int]] = []
-    for si, (found, used, offsets) in enumerate(_all(handles, "lookup_ops", [(wanted,)] * len(handles))):
+    for si, (found, used) in enumerate(_all(handles, "lookup_ops", [(wanted,)] * len(handles))):
         for ext, v in found.items():
             ops[ext] = (si,) + v
         for oid, key in used.items():
             opkeys[(si, oid)] = key
-        positions.extend((off, ext) for ext, off in offsets.items())
-    if positions:
-        # Ops indexed by file offset are parsed now, spread over all workers (they share the file).
-        parsers = [i for i, h in enumerate(handles) if isinstance(h, _Remote)] or [0]
-        positions.sort()
-        n = len(parsers)
-        parts = [positions[k * len(positions) // n:(k + 1) * len(positions) // n] for k in range(n)]
-        for h_i in parsers:
-            handles[h_i].send("parse_ops_at", parts[parsers.index(h_i)])
-        for h_i in parsers:
-            found, used = handles[h_i].receive()
-            for ext, v in found.items():
-                ops[ext] = (h_i,) + v
-            for oid, key in used.items():
-                opkeys[(h_i, oid)] = key
     _mark("op lookups")
     # 4. Validate each ext link against the launch; queue nesting lookups.
     link: list[list] = []
