@@ -236,3 +236,10 @@ def test_gpu_toy_port_is_timed_and_proven(kb):
     assert rec["physical_limit"]["passed"] and rec["speedup"] > 0
     (cheat,) = run_skill(index, "toy_triton_cheat", [{"M": 2048, "N": 2048, "K": 2048}], validation_root=out, rounds=10)
     assert cheat["verdict"] == "error" and not cheat["slot_integrity"]["port"]["passed"]
+
+
+def test_integrity_failure_keeps_the_timings_but_claims_no_speedup(kb):
+    rec = run(kb, "defect_calls_baseline", timer="wall", rounds=5, warmup=1)
+    assert rec["verdict"] == "error" and rec["speedup"] is None
+    assert rec["timing"]["versus"].startswith("none: slot integrity failed")
+    assert rec["timing"]["port_ms"]["samples"] == 5

@@ -358,7 +358,10 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     rec["slot_integrity"] = gates
     bad = [g for k, g in gates.items() if k in ("port", "aliasing") and not g["passed"]]
     if bad:
-        rec.update(verdict="error", reason="slot integrity failed: " + "; ".join(g["reason"] for g in bad)[:800])
+        if "timing" in ses:  # shown to the reviewer, never turned into a speedup
+            rec["timing"] = _timing_block(ses)[0]
+            rec["timing"]["versus"] = "none: slot integrity failed, timings not comparable"
+        rec.update(speedup=None, verdict="error", reason="slot integrity failed: " + "; ".join(g["reason"] for g in bad)[:800])
         return
 
     if "timing" not in ses:
@@ -371,8 +374,8 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     _timing(ctx, rec, ses, base, alts, shape, port)
 
 
-def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict], shape: dict, port: dict) -> None:
-    be, opts = ctx.be, ctx.opts
+def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict], str | None, float | None]:
+    """(timing block for the record, stats per slot, the A/A slot, noise floor in percent)."""
     t = ses["timing"]
     samples: dict[str, list[float]] = t["samples"]
     stats = {slot: summarize(v) for slot, v in samples.items() if v}
@@ -395,6 +398,13 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
         timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
         timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
         noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    return timing, stats, aa_slot, noise_pct
+
+
+def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict], shape: dict, port: dict) -> None:
+    be, opts = ctx.be, ctx.opts
+    t = ses["timing"]
+    timing, stats, aa_slot, noise_pct = _timing_block(ses)
     rec["timing"] = timing
 
     # Physical limit: nothing can beat max(flops/peak, bytes/bandwidth).
