@@ -127,9 +127,11 @@ def make_plan(shape: dict, config: dict | None) -> Plan:
         raise ValueError(f"k_loop must be 'rolled' or 'unrolled', got {c.k_loop!r}")
     if c.b_nt not in (0, 2):
         raise ValueError(f"b_nt must be 0 (cached) or 2 (streaming), got {c.b_nt}")
-    pairs = T * topk
-    if pairs * D * 4 >= 2**31 or L.blocks_bound(T, topk, E, tm) * tm * max(D, I) * 2 >= 2**31:
-        raise UnsupportedShape("an operand exceeds 2 GiB (32-bit buffer offsets)")
+    # 32-bit buffer offsets: f32 output [T, D], act [blocks*tile_m, I], all experts' f32 scales.
+    sizes = {"out32": T * D * 4, "act": L.blocks_bound(T, topk, E, tm) * tm * I * 2, "scales": E * (D // gs) * 2 * I * 4}
+    big = [k for k, v in sizes.items() if v >= 2**31 - 16]
+    if big:
+        raise UnsupportedShape(f"{big} exceed 2 GiB (32-bit buffer offsets)")
     return Plan(T, D, I, E, topk, gs, tm, s1, s2, rolled, c.b_nt, c.waves_per_eu)
 
 

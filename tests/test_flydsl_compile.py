@@ -1,0 +1,104 @@
+"""CI compile checks: every FlyDSL recipe of the three gfx950 cards compiles for gfx950 and passes
+its own static gates (spills, scratch, occupancy, LDS, MFMA opcodes, E8M0 pinning).
+
+Compile-only (no GPU). Shapes keep each recipe's configuration but use short K / small model dims
+so the unrolled kernels compile in seconds; the recipes' representative shapes are checked by
+``skill-run check`` and recorded under ``validation/``. Skips with a reason when lld-19 or flydsl
+is missing (CI installs both).
+"""
+from __future__ import annotations
+
+import pytest
+
+from skillrun_kernels._flydsl import toolchain
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(toolchain.missing_reason() is not None,
+                       reason=f"FlyDSL compile-only toolchain unavailable: {toolchain.missing_reason()}"),
+]
+
+BS = "flydsl_fp8_blockscale_gemm"
+RW = "flydsl_fp8_rowwise_batched_gemm"
+MOE = "flydsl_moe_a16wi4"
+MOE_DIMS = {"model_dim": 1024, "inter_dim": 256, "experts": 16, "topk": 4, "group_size": 32}
+
+BS_CI_SHAPE = {"M": 512, "N": 2048, "K": 512}  # same N class and config as the recipes, short K (K is unrolled)
+
+
+@pytest.fixture(scope="module")
+def index():
+    from skillrun.kb.index import SkillIndex
+
+    return SkillIndex.load()
+
+
+def _flydsl_recipes(index, card_id):
+    card = index.skill(card_id)
+    return card, [r for r in card.recipes if r.backend == "flydsl" and (not r.gens or "gfx950" in r.gens)]
+
+
+def _ci_shape(card, recipe):
+    from skillrun.check.core import representative_shape
+
+    shape = representative_shape(card, recipe, "gfx950")
+    if card.id == BS:
+        return dict(BS_CI_SHAPE)
+    if card.id == MOE:
+        # The tier's token count keeps its tile_m (explicit or recommended); small model dims keep
+        # the unrolled large-token tiers quick to compile.
+        return {"tokens": min(shape["tokens"] if shape else 16, 4096), **MOE_DIMS}
+    # Row-wise: the K loop is rolled, so the real (N, K) cost nothing and keep the override table in play.
+    return shape or {"batch": 4, "M": 128, "N": 1280, "K": 8192}
+
+
+def _params():
+    from skillrun.kb.index import SkillIndex
+
+    out = []
+    idx = SkillIndex.load()
+    for card_id in (BS, RW, MOE):
+        if card_id not in idx.skills:
+            out.append(pytest.param(card_id, None, marks=pytest.mark.skip(reason=f"card {card_id} not in the knowledge base")))
+            continue
+        for r in _flydsl_recipes(idx, card_id)[1]:
+            out.append(pytest.param(card_id, r.name, id=f"{card_id}:{r.name}"))
+    return out
+
+
+@pytest.mark.parametrize("card_id,recipe", _params())
+def test_recipe_compiles_for_gfx950_and_passes_its_gates(index, card_id, recipe, tmp_path):
+    from skillrun.check import check_skill
+
+    card = index.skill(card_id)
+    r = card.recipe(recipe)
+    shape = _ci_shape(card, r)
+    report = check_skill(index, card_id, arch="gfx950", shapes=[shape], recipes=[recipe], write=True,
+                         timeout_s=900, validation_root=tmp_path)
+    (chk,) = report.checks
+    detail = "; ".join(f"{g.name}: {g.reason}" for g in chk.gates if not g.passed) or chk.reason
+    assert chk.status == "compile_verified", f"{card_id}/{recipe} at {shape}: {detail}\n{chk.log_tail[-1500:]}"
+    assert chk.kernels and all(k["vgpr"] > 0 for k in chk.kernels)
+    for k in chk.kernels:
+        assert k["mfma"], f"{k['name']} has no MFMA"
+    # The artifact is schema-valid evidence of exactly this compile.
+    from skillrun.validation import load_artifact
+
+    art = load_artifact(chk.artifact)
+    assert art["mode"] == "compile_only" and art["verdict"] == "compile_verified"
+    assert art["recipe"]["name"] == recipe and art["shape"] == shape
+    assert [k["name"] for k in art["compile"]["kernels"]] == [k["name"] for k in chk.kernels]
+
+
+def test_check_skill_reports_a_failing_gate_as_compile_failed(index, tmp_path):
+    """A recipe whose gate cannot hold is recorded as compile_failed (not silently passed)."""
+    from skillrun.check.core import check_recipe
+    from skillrun.kb.cards import Recipe
+
+    card = index.skill(BS)
+    r = card.recipe("k_light_grid_saturated")
+    strict = Recipe.from_dict({**{k: getattr(r, k) for k in ("name", "when", "kernel", "backend", "lever")},
+                               "config": dict(r.config), "gates": {**r.gates, "min_waves_per_simd": 4}})
+    chk = check_recipe(card, strict, {"M": 512, "N": 2048, "K": 256}, "gfx950", timeout_s=900)
+    assert chk.status == "compile_failed"
+    assert [g.name for g in chk.gates if not g.passed] == ["min_waves_per_simd"]
