@@ -164,3 +164,24 @@ def test_gpu_port_matches_oracle():
     ref = problem.oracle(inp)
     assert torch.isfinite(out).all()
     assert float((out.float() - ref).norm() / ref.norm()) < 2e-2
+
+
+def test_card_recipes_equal_the_ports_measured_config_table():
+    import yaml
+
+    text = (TESTS.parent / "skills" / "triton_fp8_rowwise_batched_gemm_sm90" / "SKILL.md").read_text()
+    card = yaml.safe_load(text.split("---")[1])
+    recipes = {r["name"]: r for r in card["recipes"]}
+    cases = list(card["tests"]["selects"])
+    # bucket edges too: the card's M classes and the port's table must agree everywhere
+    cases += [{"shape": {"batch": 16, "M": m, "N": 1280, "K": 8192}, "recipe": r} for m, r in
+              ((16, "decode_weight_stream"), (17, "small_m_wgmma"), (64, "small_m_wgmma"), (65, "mid_m"),
+               (256, "mid_m"), (257, "large_m_512"), (768, "large_m_512"), (769, "large_m_1024"))]
+    for case in cases:
+        s = case["shape"]
+        cfg, tuned = triton_sm90.pick_config(s["batch"], s["M"], s["N"], s["K"])
+        if case.get("untuned"):
+            assert not tuned, case
+        else:
+            want = {k: v for k, v in recipes[case["recipe"]]["config"].items() if k != "w_layout"}
+            assert tuned and cfg == want, case

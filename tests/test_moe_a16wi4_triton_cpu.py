@@ -190,3 +190,29 @@ def test_gpu_layer_matches_oracle():
     ref = problem.oracle(inp)
     assert torch.isfinite(out).all()
     assert float((out.float() - ref).norm() / ref.norm()) < 2e-2
+
+
+def _card(name: str) -> dict:
+    import yaml
+
+    text = (TESTS.parent / "skills" / name / "SKILL.md").read_text()
+    return yaml.safe_load(text.split("---")[1])
+
+
+def test_card_recipes_equal_the_ports_measured_config_table():
+    """The card's recipe for each test shape is the config the port itself picks (one source of truth)."""
+    card = _card("triton_moe_a16wi4_sm90")
+    recipes = {r["name"]: r for r in card["recipes"]}
+    for case in card["tests"]["selects"]:
+        s = case["shape"]
+        cfg, tuned = triton_sm90.pick_config(s["tokens"], s["topk"], s["experts"], s["inter_dim"], s["group_size"])
+        if case.get("untuned"):
+            assert not tuned, case
+        else:
+            assert tuned and cfg == recipes[case["recipe"]]["config"], case
+
+
+def test_regime_follows_rows_per_expert():
+    assert triton_sm90.regime(triton_sm90.rows_per_expert(64, 8, 64)) == "decode"
+    assert triton_sm90.regime(triton_sm90.rows_per_expert(256, 8, 64)) == "mid"
+    assert triton_sm90.regime(triton_sm90.rows_per_expert(1024, 8, 64)) == "prefill"

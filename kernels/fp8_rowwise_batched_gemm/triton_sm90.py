@@ -119,15 +119,15 @@ def _cfg(bm: int, bn: int, bk: int, gm: int, warps: int, stages: int) -> dict:
 
 # Sweep winners on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep, B=16, commit
 # f95b066; NOTES.md has every candidate's time). Keyed by (N, K) -> [(largest M covered, config)];
-# the shape at the bucket's upper edge is the one that was measured. Shapes with no entry get a
-# regime default and are reported as untuned.
+# buckets are the skill card's M classes, each measured at one M (in the comment). Shapes with no
+# entry get a regime default and are reported as untuned.
 TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {
     (1280, 8192): [
-        (1, _cfg(16, 128, 256, 1, 4, 3)),      # 57.4 us (2.9 TB/s of weights)
-        (32, _cfg(64, 128, 128, 1, 4, 4)),     # 57.2 us
-        (128, _cfg(64, 128, 128, 8, 4, 4)),    # 75.7 us
-        (512, _cfg(128, 128, 128, 8, 4, 4)),   # 151.0 us, 1138 TF
-        (1024, _cfg(128, 256, 128, 8, 8, 3)),  # 246.5 us, 1394 TF
+        (16, _cfg(16, 128, 256, 1, 4, 3)),     # M=1: 57.4 us (2.9 TB/s of weights)
+        (64, _cfg(64, 128, 128, 1, 4, 4)),     # M=32: 57.2 us
+        (256, _cfg(64, 128, 128, 8, 4, 4)),    # M=128: 75.7 us
+        (768, _cfg(128, 128, 128, 8, 4, 4)),   # M=512: 151.0 us, 1138 TF
+        (1024, _cfg(128, 256, 128, 8, 8, 3)),  # M=1024: 246.5 us, 1394 TF
     ],
 }
 
