@@ -216,3 +216,22 @@ def test_regime_follows_rows_per_expert():
     assert triton_sm90.regime(triton_sm90.rows_per_expert(64, 8, 64)) == "decode"
     assert triton_sm90.regime(triton_sm90.rows_per_expert(256, 8, 64)) == "mid"
     assert triton_sm90.regime(triton_sm90.rows_per_expert(1024, 8, 64)) == "prefill"
+
+
+def test_slot_regexes_cover_the_kernels_recorded_on_the_h200():
+    """expect_kernels must accept every kernel each slot launched in the H200 run and nothing foreign."""
+    import gzip
+    import re
+
+    path = TESTS.parent / "kernels" / "moe_a16wi4" / "results" / "h200_f95b066.json.gz"
+    rows = json.loads(gzip.decompress(path.read_bytes()))["table"]
+    port_re, torch_re = re.compile(triton_sm90.EXPECT_KERNELS), re.compile(references.TORCH_MOE_KERNELS)
+    seen_port, seen_torch = set(), set()
+    for row in rows:
+        seen_port |= set(row["impls"]["port"]["kernels"])
+        for name in ("dequant_grouped_bf16", "bf16_grouped_predequant", "per_expert_loop_bf16"):
+            seen_torch |= set(row["impls"].get(name, {}).get("kernels", {}))
+    assert len(seen_port) == 5 and all(port_re.search(k) for k in seen_port)
+    assert seen_torch and all(torch_re.search(k) for k in seen_torch)
+    assert not any(port_re.search(k) for k in seen_torch)
+    assert not any(torch_re.search(k) for k in seen_port)
