@@ -102,3 +102,16 @@ def test_check_skill_reports_a_failing_gate_as_compile_failed(index, tmp_path):
     chk = check_recipe(card, strict, {"M": 512, "N": 2048, "K": 256}, "gfx950", timeout_s=900)
     assert chk.status == "compile_failed"
     assert [g.name for g in chk.gates if not g.passed] == ["min_waves_per_simd"]
+
+
+def test_moe_fallback_also_compiles_for_gfx942(index, tmp_path):
+    """The MoE card sends every gfx942 shape to its fallback recipe: it must build there too."""
+    from skillrun.check import check_skill
+
+    if MOE not in index.skills:
+        pytest.skip(f"card {MOE} not in the knowledge base")
+    shape = {"tokens": 16, **MOE_DIMS}
+    report = check_skill(index, MOE, arch="gfx942", shapes=[shape], recipes=["untuned_fallback"], write=False, timeout_s=900)
+    (chk,) = report.checks
+    assert chk.status == "compile_verified", chk.reason
+    assert all(set(k["mfma"]) == {"v_mfma_f32_16x16x16_bf16"} for k in chk.kernels)

@@ -264,8 +264,9 @@ def mfma_bf16_16x16x32(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
 
 
 def mfma_bf16_16x16x16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
-    """gfx942 ``v_mfma_f32_16x16x16_bf16`` (4 bf16 per lane)."""
-    return _xrocdl.mfma_f32_16x16x16bf16_1k(vec_t(4, f32_t()), [a, b, acc])
+    """gfx942 ``v_mfma_f32_16x16x16_bf16`` (4 bf16 per lane; the op takes them as ``vector<4xi16>``)."""
+    i16x4 = vec_t(4, ir.IntegerType.get_signless(16))
+    return _xrocdl.mfma_f32_16x16x16bf16_1k(vec_t(4, f32_t()), [bitcast(a, i16x4), bitcast(b, i16x4), acc])
 
 
 # ---------------------------------------------------------------- float helpers
