@@ -67,22 +67,63 @@ def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, i
 
 
 def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None) -> Plan:
-    """One PlanItem per (matched card, kernel, distinct shape); user shapes fill unresolved ones."""
+    """One PlanItem per (matched card, distinct shape); user shapes fill what the trace cannot give.
+
+    A trace shape that does not determine the card's problem (e.g. a MoE baseline seen as
+    ``aten::_grouped_mm`` M,N,K: top-k and group size are not in it) is treated as unresolved:
+    the user's ``--shape`` then supplies the problem, with provenance ``user``.
+    """
     plan = Plan(profile=profile.source, arch=profile.arch)
     by_name = {k.name: k for k in profile.kernels}
     total = profile.total_kernel_us or 1.0
+    items: list[PlanItem] = []
     for m in report.matches:
         card = index.skill(m.skill_id)
+        keys = set(problem_keys(card)) - {"batch"}
         k = by_name[m.kernel]
-        shaped = [oc for oc in k.ops if oc.shape]
+        shaped = [oc for oc in k.ops if oc.shape and keys <= set(oc.shape)]
         for oc in shaped:
-            plan.items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch))
+            items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch))
         rest_us = k.total_us - sum(oc.total_us for oc in shaped)
         if rest_us > 0.005 * k.total_us or not shaped:
             share = 100.0 * rest_us / total
+            partial = [oc for oc in k.ops if oc.shape and oc not in shaped]
             if shapes:
                 for s in shapes:
-                    plan.items.append(_item(card, k, s, "user", None, share / len(shapes), index, profile.arch))
+                    it = _item(card, k, s, "user", None, share / len(shapes), index, profile.arch)
+                    if partial:
+                        it.notes.append("the trace's shapes (" + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
+                                        + ") do not determine this card's problem; using the shape given with --shape")
+                    items.append(it)
             else:
-                plan.items.append(_item(card, k, None, "unresolved", None, share, index, profile.arch))
+                it = _item(card, k, None, "unresolved", None, share, index, profile.arch)
+                if partial:
+                    it.notes.append("the trace gives " + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
+                                    + f", which does not determine {','.join(problem_keys(card))}")
+                items.append(it)
+    plan.items = _merge(items)
     return plan
+
+
+def _merge(items: list[PlanItem]) -> list[PlanItem]:
+    """Several kernels (or ops) of one layer planned to the same card, shape and recipe are one run."""
+    merged: dict[tuple, PlanItem] = {}
+    order: list[PlanItem] = []
+    for it in items:
+        if it.shape is None:
+            order.append(it)
+            continue
+        key = (it.skill_id, tuple(sorted(it.shape.items())), it.recipe, it.shape_provenance)
+        if key not in merged:
+            merged[key] = it
+            order.append(it)
+            continue
+        first = merged[key]
+        first.pct_gpu = round(first.pct_gpu + it.pct_gpu, 4)
+        first.projected_e2e_gain_pct = projected_gain_pct(first.pct_gpu, first.expected_speedup)
+        if it.kernel != first.kernel and f"also replaces {it.kernel[:80]}" not in first.notes:
+            first.notes.append(f"also replaces {it.kernel[:80]}")
+        for n in it.notes:
+            if n not in first.notes:
+                first.notes.append(n)
+    return order

@@ -134,3 +134,28 @@ def test_expression_language_is_safe_and_correct():
             expr.evaluate(bad, env)
     with pytest.raises(expr.MissingName):
         expr.evaluate("batch > 1", env)
+
+
+def test_trace_shape_that_does_not_determine_the_problem_needs_user_shape(tmp_path):
+    """A MoE-style card whose problem keys the trace cannot give: unresolved, then filled by --shape."""
+    card = copy.deepcopy(CARD)
+    card["id"] = "toy_moe"
+    card["references"]["problem"] = "skillrun_kernels.moe_a16wi4.problem"
+    card["recipes"] = [{"name": "decode", "when": "tokens <= 64", "kernel": "skillrun_kernels.protocol:KernelLaunch", "backend": "triton",
+                        "config": {}, "lever": "stream int4 once"}]
+    card["default_recipe"] = "decode"
+    card["match"]["operator"] = ["grouped_gemm", "moe"]
+    card["tests"]["selects"] = []
+    root = make_kb(tmp_path / "kb", card)
+    index = SkillIndex.load(root)
+    op = OpCall(op="aten::_grouped_mm", shape={"M": 8192, "N": 4096, "K": 7168, "experts": 64}, dtype="fp8_e4m3", calls=1, total_us=10)
+    k = KernelStat(name=CK, total_us=10, calls=1, pct_gpu=50, ops=[op, op.model_copy(update={"shape": {"M": 8192, "N": 7168, "K": 2048, "experts": 64}})])
+    prof = Profile(source="x", format="kineto_json", arch="gfx950", total_kernel_us=20, kernels=[k])
+    rep = match_profile(prof, index)
+    items = [i for i in make_plan(prof, rep, index).items if i.skill_id == "toy_moe"]
+    assert len(items) == 1 and items[0].status == "unresolved_shape"
+    assert "does not determine" in items[0].notes[-1]
+    user = {"tokens": 16, "model_dim": 7168, "inter_dim": 2048, "experts": 64, "topk": 8, "group_size": 32}
+    items = [i for i in make_plan(prof, rep, index, shapes=[user]).items if i.skill_id == "toy_moe"]
+    assert len(items) == 1 and items[0].shape == user and items[0].shape_provenance == "user" and items[0].recipe == "decode"
+    assert items[0].pct_gpu == pytest.approx(50.0)
