@@ -137,6 +137,11 @@ def main_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     run: bool = typer.Option(False, "--run", help="Execute every planned recipe and write validation YAML."),
     kb: Optional[Path] = typer.Option(None, "--kb", help="Knowledge base folder (default: checkout / installed copy / $SKILLRUN_KB)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="With --run: cuda | rocm | cpu (default: the device present)."),
+    seeds: int = typer.Option(3, "--seeds", help="With --run: fresh random input sets for the parity gate."),
+    rounds: int = typer.Option(100, "--rounds", help="With --run: interleaved A/B timing rounds."),
+    cold_l2: str = typer.Option("rotate", "--cold-l2", help="With --run: rotate | flush | off."),
+    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="With --run: time CUDA-graph replays."),
 ):
     """Read a profile, rank hot kernels, match skill cards, pick recipes; `--run` also executes them."""
     _state["kb"] = kb
@@ -145,11 +150,16 @@ def main_cmd(
     if profile is None:
         out.print(ctx.get_help())
         raise typer.Exit(0)
-    _analyse(profile, arch, top, shape, as_json, run)
+    _analyse(profile, arch, top, shape, as_json, run,
+             dict(backend=backend, seeds=seeds, rounds=rounds, cold_l2=cold_l2, cuda_graph=cuda_graph))
+
+
+def _command_line() -> str:
+    return " ".join(["skill-run", *sys.argv[1:]])
 
 
 @guarded
-def _analyse(profile: Path, arch, top, shape, as_json, run) -> None:
+def _analyse(profile: Path, arch, top, shape, as_json, run, exec_kw: dict | None = None) -> None:
     index = _index()
     prog, cb = _progress()
     try:
@@ -158,7 +168,7 @@ def _analyse(profile: Path, arch, top, shape, as_json, run) -> None:
         prog.stop()
     results = None
     if run:
-        results = api.execute(a.plan, index, profile_source=str(profile))
+        results = api.execute(a.plan, index, profile_source=str(profile), command=_command_line(), **(exec_kw or {}))
     if as_json:
         data = a.to_json(top)
         if results is not None:
@@ -287,10 +297,14 @@ def fact_cmd(fact_id: str, as_json: bool = typer.Option(False, "--json")):
 @guarded
 def run_cmd(skill_id: str, shape: List[str] = typer.Option(..., "--shape", help="Shape(s) to run, e.g. 4096,2048,7168."),
             backend: Optional[str] = typer.Option(None, "--backend", help="cuda | rocm | cpu (default: the device present)."),
-            seeds: int = typer.Option(3, "--seeds"), as_json: bool = typer.Option(False, "--json"),
+            seeds: int = typer.Option(3, "--seeds"), rounds: int = typer.Option(100, "--rounds"),
+            cold_l2: str = typer.Option("rotate", "--cold-l2", help="rotate | flush | off"),
+            cuda_graph: bool = typer.Option(False, "--cuda-graph"),
+            as_json: bool = typer.Option(False, "--json"),
             no_write: bool = typer.Option(False, "--no-write", help="Do not write validation YAML.")):
     """Run a card's port against its references for given shapes and write validation YAML."""
-    results = api.run_skill(_index(), skill_id, shape, backend=backend, seeds=seeds, write=not no_write)
+    results = api.run_skill(_index(), skill_id, shape, backend=backend, seeds=seeds, rounds=rounds, cold_l2=cold_l2,
+                            cuda_graph=cuda_graph, write=not no_write, command=_command_line())
     if as_json:
         _emit_json(results)
     else:
