@@ -239,3 +239,29 @@ def test_real_compile_for_gfx942_lacks_the_gfx950_opcode():
     # gfx942 path: four chained 16x16x32 fp8 MFMAs per 128-deep block and accumulator (unrolled K).
     blocks = SHAPE["K"] // 128 * (64 // 16) * (128 // 64)
     assert chk.kernels[0]["mfma"] == {"v_mfma_f32_16x16x32_fp8_fp8": 4 * blocks}
+
+
+def test_missing_lld_is_a_clear_unavailable_error(monkeypatch):
+    from skillrun.check import flydsl_env
+    from skillrun.errors import EXIT_UNAVAILABLE, UnavailableError
+
+    monkeypatch.setattr(toolchain, "find_lld", lambda: None)
+    with pytest.raises(UnavailableError) as exc:
+        flydsl_env.require_toolchain()
+    assert exc.value.exit_code == EXIT_UNAVAILABLE and "lld-19" in str(exc.value)
+    with pytest.raises(toolchain.ToolchainUnavailable):
+        toolchain.ensure_rocm_shim()
+
+
+@requires_toolchain
+def test_rocm_shim_links_ld_lld_to_lld19(tmp_path):
+    import os
+
+    root = toolchain.ensure_rocm_shim(tmp_path)
+    link = root / "llvm" / "bin" / "ld.lld"
+    assert link.is_symlink() and os.readlink(link) == str(toolchain.find_lld())
+    assert toolchain.ensure_rocm_shim(tmp_path) == root  # idempotent
+    env = toolchain.compile_env("gfx950", cache_dir=tmp_path)
+    assert env["ROCM_PATH"] == str(root) and env["COMPILE_ONLY"] == "1" and env["FLYDSL_GPU_ARCH"] == "gfx950"
+    with pytest.raises(ValueError):
+        toolchain.compile_env("gfx1100", cache_dir=tmp_path)

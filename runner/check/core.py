@@ -171,7 +171,7 @@ def _record(card: SkillCard, chk: RecipeCheck, recipe: Recipe, flydsl_version: s
 
 
 # ---------------------------------------------------------------- main entry
-def check_recipe(card: SkillCard, recipe: Recipe, shape: dict[str, int], arch: str, *, untuned: bool = False,
+def check_recipe(card: SkillCard | None, recipe: Recipe, shape: dict[str, int], arch: str, *, untuned: bool = False,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> RecipeCheck:
     base = dict(recipe=recipe.name, kernel=recipe.kernel, shape=shape, config=dict(recipe.config), arch=arch, untuned=untuned)
     if recipe.backend != "flydsl":
