@@ -57,6 +57,8 @@ def _imports():
 
 
 def large_grid() -> list[dict]:
+    if os.environ.get("FP8BS_GRID") == "run2":
+        return large_grid_run2()
     g = []
     P = dict(BM=128, BN=128, num_warps=8, persistent=True)
     for st in (3, 4, 5):
@@ -83,6 +85,23 @@ def large_grid() -> list[dict]:
     return g
 
 
+def large_grid_run2() -> list[dict]:
+    """Second H200 call: after the store fix, the structural candidates that were close in run 1,
+    more CTAs per SM for the 64x128 tile, and the no-promote ceilings of both tiles."""
+    P = dict(BM=128, BN=128, num_warps=8, persistent=True)
+    return [
+        dict(P, stages=4), dict(P, stages=5), dict(P, stages=4, flatten=True),
+        dict(BM=128, BN=128, num_warps=8, persistent=False, stages=4),
+        dict(BM=64, BN=128, num_warps=4, persistent=False, stages=4),
+        dict(BM=64, BN=128, num_warps=4, persistent=False, stages=3),
+        dict(BM=64, BN=128, num_warps=4, persistent=True, stages=4, ctas_per_sm=2),
+        dict(BM=64, BN=128, num_warps=4, persistent=True, stages=3, ctas_per_sm=3),
+        dict(BM=128, BN=128, num_warps=8, persistent=True, stages=3, pair=True),
+        dict(P, stages=4, diag_nopromote=True),
+        dict(BM=64, BN=128, num_warps=4, persistent=False, stages=4, diag_nopromote=True),
+    ]
+
+
 GROUP_M_TRIES = (1, 4, 16, 32)
 
 
@@ -92,10 +111,13 @@ def skinny_grid(M: int) -> list[dict]:
     for bm in bms:
         for bn in (64, 128):
             if bm == 128 and bn == 128:
-                continue  # 4 warps spill at 128x128 (compile check) and 8 warps gain nothing when memory-bound
+                continue  # 4 warps spill at 128x128 (compile check); 8 warps below
             for st in (4, 6):
                 for split in (1, 2, 4, 8):
                     g.append(dict(BM=bm, BN=bn, num_warps=4, stages=st, persistent=False, split_k=split, group_m=1))
+    if M > 64 and os.environ.get("FP8BS_GRID") == "run2":
+        for split in (1, 2):
+            g.append(dict(BM=128, BN=128, num_warps=8, stages=4, persistent=False, split_k=split, group_m=8))
     return g
 
 
@@ -245,14 +267,54 @@ class GraphSlot:
         return s.elapsed_time(e) / self.R
 
 
-def interleaved(slots: dict[str, GraphSlot], rounds: int) -> dict[str, list[float]]:
+class Clocks:
+    """SM clock (MHz) and board power (W) through NVML, read right after a timed replay; the
+    image carries nvidia-ml-py. Empty readings if NVML is missing: timing does not depend on it."""
+
+    def __init__(self) -> None:
+        self.h = None
+        if DEV != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nv = pynvml
+            self.h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:
+            self.h = None
+
+    def read(self) -> tuple[int, float] | None:
+        if self.h is None:
+            return None
+        try:
+            return (self.nv.nvmlDeviceGetClockInfo(self.h, self.nv.NVML_CLOCK_SM), self.nv.nvmlDeviceGetPowerUsage(self.h) / 1000.0)
+        except Exception:
+            return None
+
+
+CLOCKS: Clocks | None = None
+
+
+def interleaved(slots: dict[str, GraphSlot], rounds: int, clocks: dict[str, list] | None = None) -> dict[str, list[float]]:
     names = list(slots)
     res: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
             res[n].append(slots[n].time_ms())
+            if clocks is not None and CLOCKS is not None:
+                c = CLOCKS.read()
+                if c:
+                    clocks.setdefault(n, []).append(c)
     return res
+
+
+def isolated(slot: GraphSlot, reps: int = 3) -> float:
+    """The sweep's way: a short burst after the GPU sat idle (boost clocks, no power cap yet)."""
+    sync()
+    time.sleep(0.05)
+    return statistics.median(slot.time_ms() for _ in range(reps))
 
 
 def kernel_names(fn: Callable[[], Any]) -> list[str]:
@@ -422,17 +484,28 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             row["slots"]["fp8_tensorwise_ceiling"] = {"kernels": kernel_names(tw[0]), "note": "no block scales; not the same numerics"}
         except Exception as exc:
             row["slots"]["fp8_tensorwise_ceiling"] = {"status": "error", "error": f"{type(exc).__name__}: {str(exc)[-300:]}"}
-    times = interleaved(slots, args.rounds)
+    iso = {name: isolated(sl) for name, sl in slots.items()}
+    clk: dict[str, list] = {}
+    times = interleaved(slots, args.rounds, clk)
     for name, ts_ms in times.items():
         med = statistics.median(ts_ms)
         info = row["slots"][name]
         info.update(ms=med, ms_min=min(ts_ms), ms_max=max(ts_ms), tflops=flops / med / 1e9, pct_peak=100.0 * flops / med / 1e9 / PEAK_TF)
+        info.update(ms_isolated=iso[name], tflops_isolated=flops / iso[name] / 1e9)
+        if clk.get(name):
+            info["sm_mhz_median"] = statistics.median(c[0] for c in clk[name])
+            info["sm_mhz_min"] = min(c[0] for c in clk[name])
+            info["power_w_median"] = statistics.median(c[1] for c in clk[name])
         info.setdefault("status", "ok")
     p = row["slots"].get("port", {})
     for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling"):
         b = row["slots"].get(base, {})
         if "ms" in p and "ms" in b:
             row[f"speedup_vs_{base}"] = b["ms"] / p["ms"]
+    for base in ("cublas_blockwise", "cublas_blockwise_padded"):
+        b = row["slots"].get(base, {})
+        if "ms_isolated" in p and "ms_isolated" in b:
+            row[f"speedup_isolated_vs_{base}"] = b["ms_isolated"] / p["ms_isolated"]
     if "ms" in p and "ms" in row["slots"].get("port_repeat", {}):
         row["port_repeat_ratio"] = row["slots"]["port_repeat"]["ms"] / p["ms"]
     row["seconds"] = time.time() - t_shape
@@ -463,6 +536,8 @@ def fmt_row(row: dict) -> str:
         f" | cuBLAS {tf('cublas_blockwise')} pad {tf('cublas_blockwise_padded')} bf16 {tf('bf16_cublas')} tw {tf('fp8_tensorwise_ceiling')}"
         f" | x{sp:5.2f}" if sp else f" | cuBLAS {tf('cublas_blockwise')} pad {tf('cublas_blockwise_padded')} bf16 {tf('bf16_cublas')} tw {tf('fp8_tensorwise_ceiling')} |   -   ") + (
         f" xpad {spp:5.2f}" if spp else " xpad   -  ") + f" | err port {err('port')} cuBLAS {err('cublas_blockwise')} pad {err('cublas_blockwise_padded')}" + (
+        f" | iso x{row['speedup_isolated_vs_cublas_blockwise_padded']:.2f}" if "speedup_isolated_vs_cublas_blockwise_padded" in row else "") + (
+        f" | MHz p{s.get('port', {}).get('sm_mhz_median', 0):.0f}/c{s.get('cublas_blockwise_padded', {}).get('sm_mhz_median', 0):.0f}") + (
         f" | rep {row['port_repeat_ratio']:.3f}" if "port_repeat_ratio" in row else "")
 
 
@@ -534,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs:
         cfgs += list(args.configs.values())
     status = precompile(cfgs, args.workers) if DEV == "cuda" else {}
+    global CLOCKS
+    CLOCKS = Clocks()
     results["precompile"] = {str(dict(k)): v for k, v in status.items()}
     out_path = Path(args.out)
     for shape in shapes:

@@ -103,9 +103,14 @@ def _k_loop_pair(a_desc, b_desc, sa_ptr, sb_ptr, off_m, off_n, offs_m, M, N, K, 
                  TMA: tl.constexpr):
     # Two K blocks per iteration. The first dot's partial is used in the loop, so Triton waits
     # for it at once (wgmma wait 0); the second dot's partial is only carried to the next
-    # iteration and first read after that wait, which lets the pipeliner leave it in flight
-    # (its "properly async" rule 3b): the promote of block 2j runs on the CUDA cores while the
-    # tensor cores work on block 2j+1. Costs one extra live fp32 partial (registers).
+    # iteration and first read after that wait, so Triton's pipeliner leaves it in flight (its
+    # "properly async" rule 3b) and the PTX has block 2j's promote issued while block 2j+1's
+    # wgmma group is pending (compile_only: fma_while_wgmma_pending = 64).
+    # ptxas then undoes it: C7515 "wgmma.mma_async instructions are serialized due to non wgmma
+    # instructions defining accumulator registers" (every wgmma waits), and 544-775 TF against
+    # 788-805 for the plain loop on the H200. Issuing the second dot before the carried promote
+    # instead gives C7514 (the loop-carried copy reads the in-flight accumulator) and spills.
+    # Kept as the measured ablation; no recipe selects it.
     cb = off_n // BK
     acc = tl.zeros((BM, SUB_N), dtype=tl.float32)
     odd = (kb_hi - kb_lo) % 2
@@ -141,9 +146,12 @@ def _store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn):
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.bfloat16), mask=mask)
 
 
-# Sizes and the strides that follow them are not specialised, so one binary serves every shape
-# of a config (compile once, sweep many shapes; decode M = 1 is not a separate kernel).
-@triton.jit(do_not_specialize=["M", "N", "K", "stride_sak", "stride_sbn", "GROUP_M", "NUM_SMS", "SPLIT_K"])
+# M, K and the strides that follow them are not specialised, so one binary serves every shape of
+# a config (compile once, sweep many shapes; decode M = 1 is not a separate kernel). N IS
+# specialised (divisibility by 16): the store mask on the N edge needs it to vectorise. Without
+# it every bf16 of C was a separate 2-byte st.global and output-heavy shapes (16384x7168x768,
+# 4096x65536x1536) ran at a third of their speed, even with the promote removed (H200 run 1).
+@triton.jit(do_not_specialize=["M", "K", "stride_sak", "stride_sbn", "GROUP_M", "NUM_SMS", "SPLIT_K"])
 def _fp8_blockscale_gemm_sm90(
     a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, ws_ptr, ticket_ptr,
     M, N, K,
@@ -394,7 +402,7 @@ def _signature(cfg: Config) -> tuple[dict, dict, dict]:
     sig: dict[str, str] = {}
     attrs: dict = {}
     names = _fp8_blockscale_gemm_sm90.arg_names
-    aligned = {"a_desc", "b_desc", "sa_ptr", "sb_ptr", "c_ptr", "ws_ptr", "ticket_ptr", "stride_cm"}
+    aligned = {"a_desc", "b_desc", "sa_ptr", "sb_ptr", "c_ptr", "ws_ptr", "ticket_ptr", "stride_cm", "N"}
     types = {
         "a_desc": f"tensordesc<fp8e4nv[{cfg.BM}, {BK}]>" if cfg.tma else "*fp8e4nv",
         "b_desc": f"tensordesc<fp8e4nv[{sub_n}, {BK}]>" if cfg.tma else "*fp8e4nv",
@@ -467,6 +475,13 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
             if m:
                 facts.update(regs=int(m.group(1)), stack=int(m.group(2)), local=int(m.group(4)))
             sass = subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+            # ptxas's own verdict on the wgmma pipeline: C7514/C7515 mean it serialised every wgmma.
+            ptxas = tool.parent / "ptxas"
+            ptx_file = Path(tmp) / "k.ptx"
+            ptx_file.write_text(ptx)
+            info = subprocess.run([str(ptxas), f"-arch=sm_{cap}a", "-v", str(ptx_file), "-o", str(Path(tmp) / "v.cubin")],
+                                  capture_output=True, text=True, timeout=120)
+            facts["ptxas_wgmma_serialized"] = sorted(set(re.findall(r"C751[45]", info.stdout + info.stderr)))
             facts["sass_qgmma"] = len(re.findall(r"\bQGMMA\b|HGMMA\.\S*E4M3", sass))
             facts["sass_local_ld_st"] = len(re.findall(r"\b(LDL|STL)\b", sass))
         except (OSError, subprocess.SubprocessError) as exc:  # tool missing: report what we have
