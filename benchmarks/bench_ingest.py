@@ -130,12 +130,15 @@ def build_trace(source: Path, out: Path, size_gb: float) -> dict:
 _OURS = r"""
 import json, resource, sys, time
 t0 = time.time()
-from skillrun.ingest import ingest
+from skillrun.ingest import ingest, torch_trace
 p = ingest(sys.argv[1])
 wall = time.time() - t0
 top = p.kernels[0]
+workers = torch_trace.LAST_STATS.get("workers", [])
 ru, rc = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall_s": wall, "self_rss_mb": ru.ru_maxrss / 1024, "workers_rss_mb": rc.ru_maxrss / 1024,
+                  "workers_rss_sum_mb": sum(w["rss_mb"] or 0 for w in workers), "n_workers": len(workers),
+                  "unattributed_us": p.unattributed_us,
                   "cpu_s": ru.ru_utime + ru.ru_stime + rc.ru_utime + rc.ru_stime,
                   "total_us": p.total_kernel_us, "calls": p.kernel_calls, "linked": p.linked_calls,
                   "kernels": len(p.kernels), "top": top.name[:90], "top_pct": top.pct_gpu}))
@@ -214,7 +217,8 @@ def main() -> int:
         ours = min(ours_runs, key=lambda r: r["wall_s"])
         runs = ", ".join("%.2f" % r["wall_s"] for r in ours_runs)
         print(f"skillrun.ingest: {ours['wall_s']:.2f} s wall, {ours['cpu_s']:.2f} s CPU all processes (runs: {runs}), "
-              f"peak RSS {ours['self_rss_mb']:.0f} MB main + {ours['workers_rss_mb']:.0f} MB largest worker; "
+              f"peak RSS {ours['self_rss_mb']:.0f} MB main + {ours['workers_rss_sum_mb']:.0f} MB in {ours['n_workers']} workers "
+              f"(= {ours['self_rss_mb'] + ours['workers_rss_sum_mb']:.0f} MB at most); "
               f"{ours['calls']:,} kernel calls, {ours['linked']:,} linked to shapes, {ours['kernels']} kernel names; "
               f"top {ours['top_pct']:.2f}% {ours['top']}", flush=True)
         print(f"kernel time: ours {ours['total_us']:,.3f} us; plain sum of 'dur' {facts['kernel_sum_us']:,.3f} us; "
@@ -229,12 +233,18 @@ def main() -> int:
               f"{hta['rows']} kernel rows; top {hta['top_pct']:.2f}% {hta['top']}", flush=True)
         ratio = hta["wall_s"] / ours["wall_s"]
         print(f"load average during the run: {os.getloadavg()[0]:.2f} (2-core machine shared with other jobs)")
-        print(f"speed-up: {ratio:.1f}x wall, {hta['cpu_s'] / ours['cpu_s']:.1f}x CPU; memory: {hta['self_rss_mb'] / max(1.0, ours['self_rss_mb'] + ours['workers_rss_mb']):.1f}x less",
+        print(f"speed-up: {ratio:.1f}x wall, {hta['cpu_s'] / ours['cpu_s']:.1f}x CPU; memory: "
+              f"{hta['self_rss_mb'] / max(1.0, ours['self_rss_mb'] + ours['workers_rss_sum_mb']):.1f}x less",
               flush=True)
         diff = facts["kernel_sum_us"] - hta["total_us"]
-        print(f"kernel time: HTA {hta['total_us']:,.3f} us vs plain sum {facts['kernel_sum_us']:,.3f} us "
-              f"(HTA lower by {diff:,.3f} us = {100 * diff / facts['kernel_sum_us']:.2f}%). HTA drops the last "
-              f"profiler step and rounds ns timestamps to whole us (ceil start, floor end); we sum every "
+        steps = facts["steps"]
+        launched = (ours["total_us"] - ours["unattributed_us"]) * (steps - 1) / steps
+        print(f"kernel time: HTA {hta['total_us']:,.0f} us vs plain sum {facts['kernel_sum_us']:,.0f} us "
+              f"(HTA lower by {diff:,.0f} us = {100 * diff / facts['kernel_sum_us']:.2f}%). Why: HTA drops the last of "
+              f"the {steps} profiler steps and every kernel whose CPU-side launch is not in the trace; here that "
+              f"leaves {launched:,.0f} us (our unattributed time is exactly those kernels in this trace). The "
+              f"remaining {launched - hta['total_us']:,.0f} us is HTA rounding ns timestamps to whole us "
+              f"(ceil start, floor end) over ~{ours['linked'] * (steps - 1) / steps:,.0f} kernels. We sum every "
               f"kernel event's dur as written.")
     finally:
         if tmp is not None:

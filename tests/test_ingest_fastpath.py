@@ -134,3 +134,20 @@ def test_fuzz_byte_scanner(cut, flips, small_chunks):
         return
     t = shard.kernel_table()
     assert len(t["kname"]) == len(t["kdur"]) == len(t["kcorr"]) == len(t["launch"])
+
+
+def test_workers_start_cleanly_while_another_thread_runs(tmp_path, small_chunks):
+    """A CLI progress bar keeps a refresh thread alive: workers must then not be forked."""
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert torch_trace._mp_context().get_start_method() != "fork"
+        src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+        fast = torch_trace.ingest_kineto(src, small_limit=0, workers=2)
+    finally:
+        stop.set()
+        t.join()
+    assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))

@@ -307,7 +307,8 @@ class Shard:
                 raise ChunkMismatch("unrecognized event layout")
         n_kernels = self._scan_kernels(buf, kprefix)
         # Guard against kernel events spelled differently from the detected prefix.
-        if n_kernels != buf.count(b'"kernel"') - buf.count(b'"kernel":'):
+        tokens = buf.count(b'"kernel"')
+        if n_kernels != tokens and n_kernels != tokens - buf.count(b'"kernel":'):  # ROCm: a "kernel" arg key
             raise ChunkMismatch("kernel count")
 
     def _scan_kernels(self, buf: bytes, prefix: bytes) -> int:
@@ -593,24 +594,6 @@ def _unescape(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def cut_chunks(buf: bytes, target: int) -> tuple[list[tuple[int, int]], int]:
-    """Cut ``buf`` (starting at an event) into [start, end) spans of whole events near ``target``.
-
-    Returns the spans and the offset where the unconsumed remainder starts (an event start).
-    """
-    spans = []
-    start = 0
-    n = len(buf)
-    while n - start > target:
-        m = BOUNDARY.search(buf, start + target)
-        if not m:
-            break
-        end = m.start() + 1  # just after the closing '}'
-        spans.append((start, end))
-        start = buf.index(b"{", end)
-    return spans, start
-
-
 # ---------------------------------------------------------------------- whole ranges and the array end
 READ_SIZE = 16 << 20
 TAIL_MARGIN = 8 << 20  # the last bytes of the array are parsed event by event (robust to any tail)
@@ -805,4 +788,7 @@ def worker_range(conn, path: str, prefixes: Optional[dict]) -> None:
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    serve(conn, shard, {"tail": tail, "cpu_s": time.process_time()})
+    import resource
+
+    serve(conn, shard, {"tail": tail, "cpu_s": time.process_time(),
+                        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})

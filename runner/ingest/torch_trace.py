@@ -33,7 +33,8 @@ from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
 _CLEANUP: list = []
-LAST_STATS: dict = {}  # how the last Kineto read went (chunks read fast/slow, workers): for tests and benchmarks  # temporary files of the current read, removed once linking is done
+LAST_STATS: dict = {}
+LAST_WORKERS: list = []  # per worker process of the last large read: scan CPU seconds, peak RSS  # how the last Kineto read went (chunks read fast/slow, workers): for tests and benchmarks  # temporary files of the current read, removed once linking is done
 SMALL_LIMIT = 16 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
 
@@ -102,6 +103,7 @@ def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = N
                   small_limit: int = SMALL_LIMIT, workers: Optional[int] = None) -> Profile:
     size_hint = _io.content_size_hint(path)
     builder = ProfileBuilder(str(path), FORMAT)
+    _mark("start")
     try:
         if size_hint <= small_limit:
             handles, props = _read_small(path, progress)
@@ -284,6 +286,7 @@ def _collect(path: Path, procs: list, progress: Progress, total: int, first_done
     for v in firsts.values():
         if v.get("tail"):
             tail.update(v["tail"])
+    LAST_WORKERS[:] = [{"cpu_s": v.get("cpu_s"), "rss_mb": v.get("rss_mb")} for v in firsts.values()]
     return handles, tail
 
 
@@ -368,13 +371,18 @@ def _all(handles: list, name: str, args_per_handle: Optional[list] = None) -> li
     return [h.receive() for h in handles]
 
 
-def _mark(label: str, _t: list = [0.0]) -> None:
+_T0: list = [0.0]
+
+
+def _mark(label: str) -> None:
+    """Phase timings on stderr when SKILLRUN_INGEST_TIMING is set (for benchmarking only)."""
     if os.environ.get("SKILLRUN_INGEST_TIMING"):
         import sys
         import time
+
         now = time.perf_counter()
-        print(f"[ingest] {label}: {now - _t[0]:.2f}s", file=sys.stderr)
-        _t[0] = now
+        print(f"[ingest] {label}: {now - _T0[0]:.2f}s", file=sys.stderr)
+        _T0[0] = now
 
 
 def _link_inner(handles: list, builder: ProfileBuilder) -> None:
@@ -388,7 +396,8 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         builder.vendor_hint = "nvidia"
     LAST_STATS.clear()
     LAST_STATS.update(shards=len(handles), fast_chunks=sum(t["fast_chunks"] for t in tables),
-                      slow_chunks=sum(t["slow_chunks"] for t in tables))
+                      slow_chunks=sum(t["slow_chunks"] for t in tables), workers=list(LAST_WORKERS))
+    LAST_WORKERS.clear()
     bad = sum(t["events_bad"] for t in tables)
     if bad:
         builder.warnings.append(f"{bad} kernel events without a numeric duration were skipped")
