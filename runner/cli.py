@@ -22,7 +22,7 @@ from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, SkillRunError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode="rich",
                   help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
-out = Console(highlight=False, soft_wrap=False)
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 _state: dict[str, Any] = {"kb": None}

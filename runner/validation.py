@@ -91,7 +91,8 @@ def _slug(text: str) -> str:
 def artifact_name(record: dict[str, Any]) -> str:
     shape = "x".join(f"{k}{v}" for k, v in record.get("shape", {}).items())
     stamp = record["created"].replace(":", "").replace("-", "").replace("+0000", "Z")
-    return _slug(f"{stamp}_{record['recipe']['name']}_{shape}_{record['mode']}") + ".yaml"
+    # The mode stays visible even when a long MoE shape has to be shortened.
+    return _slug(f"{stamp}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
 
 
 def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
