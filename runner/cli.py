@@ -319,14 +319,18 @@ def check_cmd(skill_id: str, arch: Optional[str] = typer.Option(None, "--arch"),
               as_json: bool = typer.Option(False, "--json"), no_write: bool = typer.Option(False, "--no-write")):
     """Compile a FlyDSL card's recipes for the target arch without a GPU and apply the card's static gates."""
     rep = api.check(_index(), skill_id, arch=arch, shapes=shape, write=not no_write)
-    data = rep.to_json() if hasattr(rep, "to_json") else rep
     if as_json:
-        _emit_json(data)
+        _emit_json(rep.to_json())
     else:
-        from skillrun.check import render_check
-
-        out.print(render_check(rep))
-    if not data.get("ok", False):
+        rows = rep.table()
+        t = Table(title=f"{skill_id}: compile-only checks (no GPU was used)")
+        for c in (rows[0] if rows else {}):
+            t.add_column(str(c), overflow="fold")
+        for r in rows:
+            t.add_row(*[str(v) for v in r.values()])
+        out.print(t)
+        out.print("[green]all gates passed[/]" if rep.passed else "[red]a gate failed[/]")
+    if not rep.passed:
         raise typer.Exit(EXIT_FAILURE)
 
 
