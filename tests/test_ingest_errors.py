@@ -33,6 +33,32 @@ _ROCPROF_JSON = json.dumps({"rocprofiler-sdk-tool": [{
                                                               "workgroup_size": {"x": 256, "y": 1, "z": 1},
                                                               "grid_size": {"x": 2560, "y": 1, "z": 1}}}]}}]}).encode()
 SEEDS["rocprofv3_json"] = _ROCPROF_JSON
+SEEDS["ncu_csv"] = (b'==PROF== Connected to process 1\n"ID","Process ID","Process Name","Host Name","Kernel Name",'
+                    b'"Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+                    b'"Metric Unit","Metric Value"\n"0","1","p","h","nvjet_sm90_tst_176x128_64x5_1x2_h_bz_TNN","1","7",'
+                    b'"(384, 1, 1)","(2, 66, 1)","0","9.0","SOL","Duration","nsecond","151,328"\n')
+
+
+def _nsys_db() -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "n.sqlite"
+        con = sqlite3.connect(p)
+        con.executescript("""
+            CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, "end" INT, deviceId INT, correlationId INT,
+                demangledName INT, shortName INT, gridX INT, gridY INT, gridZ INT, blockX INT, blockY INT,
+                blockZ INT, graphNodeId INT);
+            CREATE TABLE TARGET_INFO_GPU (id INT, name TEXT, computeMajor INT, computeMinor INT, smCount INT);
+            INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_176x128_64x5_1x2_h_bz_TNN');
+            INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 251428, 0, 5, 1, 1, 2, 66, 1, 384, 1, 1, NULL);
+            INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H200', 9, 0, 132);
+        """)
+        con.commit()
+        con.close()
+        return p.read_bytes()
+
+
+SEEDS["nsys_db"] = _nsys_db()
 
 
 def _one_line_error(path: Path) -> str:
@@ -135,3 +161,13 @@ _event = st.fixed_dictionaries({}, optional={
                                                   optional={"deviceProperties": _json})))
 def test_fuzz_random_json(doc):
     _check(json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("seed", sorted(SEEDS))
+def test_fuzz_seeds_are_valid_traces(seed, tmp_path):
+    p = tmp_path / "seed"
+    p.write_bytes(SEEDS[seed])
+    prof = ingest(p)
+    assert prof.kernels and prof.kernel_calls > 0
+    if seed == "nsys_db":
+        assert prof.arch == "sm_90" and prof.kernels[0].total_us == pytest.approx(251.328)

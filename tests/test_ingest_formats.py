@@ -138,3 +138,50 @@ def test_unknown_json_is_refused_with_its_keys(tmp_path):
     with pytest.raises(InputError) as e:
         ingest(p)
     assert "foo, bar" in str(e.value) and str(p) in str(e.value)
+
+
+def test_csv_headers_are_case_insensitive(tmp_path):
+    src = (FIX / "rocprofv3_kernel_trace_new.synthetic.csv").read_text().splitlines()
+    p = tmp_path / "k.csv"
+    p.write_text("\n".join([src[0].upper()] + src[1:]) + "\n")
+    assert detect_format(p) == "rocprofv3_csv"
+    assert ingest(p).total_kernel_us == pytest.approx(357.0)
+
+
+def test_rocprofv2_csv(tmp_path):
+    p = tmp_path / "results.csv"
+    p.write_text("Dispatch_ID,GPU_ID,Queue_ID,PID,TID,Grid_Size,Workgroup_Size,LDS_Per_Workgroup,Scratch_Per_Workitem,"
+                 "Arch_VGPR,Accum_VGPR,SGPR,Wave_Size,Kernel_Name,Start_Timestamp,End_Timestamp,Correlation_ID\n"
+                 f'1,2,0,9,9,65536,256,0,0,128,0,64,64,"{CIJK}.kd",1000,51000,1\n'
+                 f'2,2,0,9,9,65536,256,0,0,128,0,64,64,"{CIJK}.kd",60000,90000,2\n'
+                 '3,2,0,9,9,4096,128,0,0,64,0,32,64,"attn_fwd.kd",100000,120000,3\n')
+    assert detect_format(p) == "rocprof_v2_csv"
+    prof = ingest(p)
+    assert prof.kernels[0].name == CIJK + ".kd" and prof.kernels[0].total_us == pytest.approx(80.0)
+    assert prof.kernels[0].grid == [256, 1, 1] and prof.kernels[0].device == 2
+
+
+def test_ncu_units_and_thousands_separators(tmp_path):
+    head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+            '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+    rows = ['"0","1","p","h","k_ms","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","SOL","Duration","msecond","1.5"',
+            '"0","1","p","h","k_ms","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","SOL","DRAM Frequency","hz","3,198,488"',
+            '"1","1","p","h","k_ns","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","SOL","Duration","nsecond","90,336"',
+            '"2","1","p","h","k_us","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","SOL","Duration","usecond","12.25"']
+    p = tmp_path / "ncu.csv"
+    p.write_text("==PROF== Connected to process 1\nsome app output\n" + head + "\n" + "\n".join(rows) + "\n")
+    assert detect_format(p) == "ncu_csv"
+    prof = ingest(p)
+    got = {k.name: k.total_us for k in prof.kernels}
+    assert got == {"k_ms": pytest.approx(1500.0), "k_ns": pytest.approx(90.336), "k_us": pytest.approx(12.25)}
+    assert prof.arch == "sm_90" and prof.kernels[0].block == [128, 1, 1]
+
+
+def test_kernels_with_graph_id_count_as_graph_replays(tmp_path):
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i * 10.0, "dur": 2.0,
+           "args": {"device": 0, "correlation": 100 + i, "graph id": 3, "graph node id": i}} for i in range(4)]
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    prof = ingest(p)
+    assert prof.graph_replay.detected and prof.graph_replay.kernel_calls == 4 and prof.graph_replay.launches == 0
+    assert prof.kernels[0].graph_replayed_calls == 4 and prof.kernels[0].unattributed_us == pytest.approx(8.0)

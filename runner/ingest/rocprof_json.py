@@ -44,7 +44,8 @@ def _symbol_names(symbols: Any) -> dict[int, tuple[str, Optional[str]]]:
 
 def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
                           progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    data = _io.read_content(path)
+    # The whole document is parsed at once (orjson): past a few GiB use rocprofv3's CSV output.
+    data = _io.read_content(path, limit=4 << 30)
     if progress:
         progress(len(data), len(data))
     try:
