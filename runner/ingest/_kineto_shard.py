@@ -288,23 +288,24 @@ class Shard:
     def _scan_fast(self, buf: bytes, rx: re.Pattern, base: int, kprefix: bytes) -> None:
         launches = self.launches
         pos = self.op_pos
+        graphs = 0
+        # Group numbers of _regex: 1 = op External id, 2-6 = launch (name, tid, ts, ext, corr), 7 = bad.
         for m in rx.finditer(buf):
-            g = m.lastgroup
-            if g == "ox":
+            li = m.lastindex
+            if li == 1:
                 if base >= 0:
-                    pos[int(m.group("ox"))] = base + m.start()
-            elif g == "lc":
-                name, tid, ts, ext, corr = m.group("ln", "lt", "ls", "lx", "lc")
+                    pos[int(m.group(1))] = base + m.start()
+            elif li == 6:
+                name, tid, ts, ext, corr = m.group(2, 3, 4, 5, 6)
                 graph = _GRAPH_LAUNCH in name
-                if graph:
-                    self.graph_launches += 1
-                if name[:3] == b"hip":
-                    self.hip = True
-                elif name[:2] == b"cu":
-                    self.cuda = True
+                graphs += graph
                 launches[int(corr)] = (int(ext) if ext else -1, graph, int(tid), float(ts))
             else:
                 raise ChunkMismatch("unrecognized event layout")
+        self.graph_launches += graphs
+        if not (self.hip or self.cuda):
+            self.hip = b'"hipLaunch' in buf or b'"hipModuleLaunch' in buf or b'"hipExtModuleLaunch' in buf
+            self.cuda = not self.hip and (b'"cudaLaunch' in buf or b'"cuLaunch' in buf)
         n_kernels = self._scan_kernels(buf, kprefix)
         # Guard against kernel events spelled differently from the detected prefix.
         tokens = buf.count(b'"kernel"')
