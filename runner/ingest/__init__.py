@@ -74,6 +74,8 @@ def ingest(path: str | Path, arch: Optional[str] = None, progress: Optional[Prog
         raise
     except MemoryError:
         raise InputError("not enough memory to read this trace", path=str(p)) from None
+    except RuntimeError as exc:  # a reader worker process failed: report it in one line, not a traceback
+        raise SkillRunError(reason=f"trace reader failed ({str(exc)[:200]})", path=str(p)) from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
             UnicodeError, OSError, EOFError) as exc:
         # A reader met input it did not expect: report it as bad input, in one line.

@@ -18,6 +18,7 @@ This module imports only the standard library and orjson: worker processes impor
 from __future__ import annotations
 
 import re
+from array import array
 from typing import Any, Iterable, Optional
 
 import orjson
@@ -463,8 +464,10 @@ class Shard:
         """Kernel columns plus each kernel's launch when it is in this shard (else None)."""
         get = self.launches.get
         launch = [get(c) if c >= 0 else None for c in self.kcorr]
-        return {"names": self.names, "kname": self.kname, "kdur": self.kdur, "kcorr": self.kcorr,
-                "kext": self.kext, "kdev": self.kdev, "kgraph": self.kgraph, "launch": launch,
+        # Numeric columns travel as arrays: pickling them is a copy, not one object per value.
+        return {"names": self.names, "kname": array("q", self.kname), "kdur": array("d", self.kdur),
+                "kcorr": array("q", self.kcorr), "kext": array("q", self.kext), "kdev": array("q", self.kdev),
+                "kgraph": array("b", self.kgraph), "launch": launch,
                 "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
                 "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad}
 
