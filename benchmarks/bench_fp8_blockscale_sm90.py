@@ -15,7 +15,11 @@ interleaved, the order reversed every round; the median over rounds of (replay t
 
 ``--sweep`` first times a grid of port configs per shape (compile variants are built in parallel
 worker processes) and uses the fastest oracle-correct one; every config's result is kept in the
-JSON (this is the ablation data the card and NOTES.md quote).
+JSON (this is the ablation data the card and NOTES.md quote). ``FP8BS_GRID=run2`` selects the
+second, narrower prefill grid (after the store fix); results of both H200 runs are in
+``benchmarks/results/`` and summarised in ``kernels/fp8_blockscale_gemm/NOTES.md``.
+``FP8BS_BENCH_DEVICE=cpu`` with ``TRITON_INTERPRET=1`` runs the whole script on small shapes
+(``--shapes 272x256x640,1x192x512``) as a smoke test without a GPU.
 """
 from __future__ import annotations
 

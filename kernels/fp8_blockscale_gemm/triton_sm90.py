@@ -283,26 +283,27 @@ class Config:
         return asdict(self)
 
 
-# Per-shape-class defaults. These are the configs the H200 sweep picked (see NOTES.md); the card's
-# recipes carry the same values. ``default_config`` is what ``build`` uses when none is given.
+# Per-shape-class defaults: the configs the H200 sweep picked (run 2, commit ceb7b8a; NOTES.md has
+# the tables). The card's recipes carry the same values and are the authority for planning; this
+# is what ``build`` uses when it is given no config.
 def default_config(shape: dict) -> Config:
     M, N, K = problem.check_shape(shape)
+    if M <= 16:  # decode: mma v2 on a 16-row tile, split-K to put ~2 CTAs on every SM
+        if K <= 2048:
+            return Config(BM=16, BN=128, num_warps=4, stages=4, persistent=False, split_k=2, group_m=1)
+        return Config(BM=16, BN=64, num_warps=4, stages=4, persistent=False, split_k=8, group_m=1)
     if M <= 64:
-        return Config(BM=64 if M > 32 else (32 if M > 16 else 16), BN=64, num_warps=4, stages=4,
-                      persistent=False, split_k=_decode_split(M, N, K, 64), group_m=1)
+        return Config(BM=64, BN=64, num_warps=4, stages=6, persistent=False, split_k=1 if K <= 2048 else 4, group_m=1)
     if M <= 256:
-        return Config(BM=64, BN=128, num_warps=4, stages=4, persistent=False,
-                      split_k=_decode_split(M, N, K, 128), group_m=8)
-    return Config(BM=128, BN=128, num_warps=8, stages=4, persistent=True, pair=True, group_m=8)
-
-
-def _decode_split(M: int, N: int, K: int, BN: int, sms: int = 132) -> int:
-    tiles = -(-N // BN) * -(-M // 64)
-    kb = K // BK
-    split = 1
-    while tiles * split * 2 <= 2 * sms and kb // (split * 2) >= 2:
-        split *= 2
-    return split
+        if K <= 2048:
+            return Config(BM=64, BN=64, num_warps=4, stages=6, persistent=False, split_k=1, group_m=1)
+        return Config(BM=128, BN=64, num_warps=4, stages=6, persistent=False, split_k=4, group_m=1)
+    # Prefill: 64x128 tiles, one warpgroup per CTA, three CTAs per SM (independent CTAs hide each
+    # other's promote; 128x128 tiles cannot: one CTA per SM, both warpgroups in lockstep).
+    if N <= 2048 and K >= 4096 and M >= 8192:
+        return Config(BM=64, BN=128, num_warps=4, stages=3, persistent=False, group_m=32)
+    group = 8 if N >= 32768 else (16 if K <= 1024 else 4)
+    return Config(BM=64, BN=128, num_warps=4, stages=3, persistent=True, ctas_per_sm=3, group_m=group)
 
 
 _SM_COUNT: dict[int, int] = {}
