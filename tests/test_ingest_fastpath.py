@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,13 +53,18 @@ def test_fast_path_matches_simple_path(src, tmp_path, small_chunks):
     assert _dump(fast) == _dump(simple)
 
 
-def test_fast_path_on_gzip_via_temp_file(tmp_path, small_chunks):
-    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+@pytest.mark.parametrize("src", _sources()[:3], ids=lambda p: p.name)
+def test_fast_path_on_gzip_overlaps_decompression(src, tmp_path, small_chunks, monkeypatch):
+    monkeypatch.setattr(torch_trace, "GZ_RANGE", 64 << 10)  # many ranges even for small fixtures
+    raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
     gz = tmp_path / "t.json.gz"
-    gz.write_bytes(gzip.compress(src.read_bytes()))
+    gz.write_bytes(gzip.compress(raw, compresslevel=1))
+    plain = tmp_path / "t.json"
+    plain.write_bytes(raw)
     fast = torch_trace.ingest_kineto(gz, small_limit=0, workers=2)
-    assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))
-    assert not list(tmp_path.glob("skillrun-trace-*"))
+    assert torch_trace.LAST_STATS["fast_chunks"] > 0
+    assert _dump(fast) == _dump(torch_trace.ingest_kineto(plain))
+    assert not list(Path(tempfile.gettempdir()).glob("skillrun-trace-*"))
 
 
 def test_unusual_layout_falls_back_to_full_parse(tmp_path, small_chunks):

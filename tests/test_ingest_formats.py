@@ -137,7 +137,7 @@ def test_unknown_json_is_refused_with_its_keys(tmp_path):
     p.write_text(json.dumps({"foo": 1, "bar": [1, 2]}))
     with pytest.raises(InputError) as e:
         ingest(p)
-    assert "foo, bar" in str(e.value) and str(p) in str(e.value)
+    assert '"foo", "bar"' in str(e.value) and str(p) in str(e.value)
 
 
 def test_csv_headers_are_case_insensitive(tmp_path):

@@ -111,7 +111,7 @@ def iter_decompressed(path: Path, chunk: int = 16 << 20) -> Iterator[bytes]:
 def iter_content(path: Path, chunk: int = 16 << 20) -> Iterator[bytes]:
     """The file's content, decompressed when it is gzip."""
     if is_gzip(path):
-        yield from iter_decompressed(path, chunk)
+        yield from iter_decompressed(path, min(chunk, 256 << 10))
         return
     try:
         with open(path, "rb") as fh:

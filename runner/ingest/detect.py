@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
 from pathlib import Path
 from typing import Optional
@@ -155,6 +156,7 @@ def _json_format(p: Path) -> str:
         return KINETO
     if top.stop_key == "rocprofiler-sdk-tool":
         return ROCPROFV3_JSON
-    shown = ", ".join(k[:40] for k in top.keys[:6]) or "none"
+    # Key names only (never values), escaped so that odd keys cannot break the one-line message.
+    shown = ", ".join(json.dumps(k[:40]) for k in top.keys[:6]) or "none"
     raise InputError(f"JSON document is not a profiler trace (no 'traceEvents' or 'rocprofiler-sdk-tool'; "
                      f"top-level keys: {shown})", path=str(p))

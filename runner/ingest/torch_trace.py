@@ -290,43 +290,115 @@ def _collect(path: Path, procs: list, progress: Progress, total: int, first_done
     return handles, tail
 
 
-def _run_gzip(path: Path, nworkers: int, progress: Progress) -> tuple[list, dict, Any]:
-    """Decompress to a temporary file (zlib streaming), then read it like a plain trace.
+GZ_RANGE = 32 << 20  # decompressed bytes per range handed to a worker while decompression goes on
 
-    The fast path reads ops lazily by file offset, which needs a seekable file; a large
-    decompressed trace is written next to the system's temp files and removed afterwards.
+
+def _run_gzip(path: Path, nworkers: int, progress: Progress) -> tuple[list, dict, Any]:
+    """Decompress into a temporary file while workers already scan what has been written.
+
+    The fast path reads ops lazily by file offset, which needs a seekable file. Decompression
+    (one stream, this process) and scanning (the workers) overlap: each time another
+    ``GZ_RANGE`` bytes are on disk, the span up to the last event boundary becomes a range.
     """
     import tempfile
 
-    total = _io.file_size(path)
+    hint = max(1, _io.content_size_hint(path))
     tmpdir = tempfile.TemporaryDirectory(prefix="skillrun-trace-")
     _CLEANUP.append(tmpdir.cleanup)
-    if True:
-        raw = Path(tmpdir.name) / "trace.json"
-        done = 0
+    raw = Path(tmpdir.name) / "trace.json"
+    stream = _io.iter_decompressed(path, 256 << 10)  # small output blocks stay in cache: ~2x faster
+    try:
+        out = open(raw, "wb")
+    except OSError as exc:
+        raise InputError(f"cannot create a temporary file ({exc.strerror or exc})", path=str(path)) from None
+    written = 0
+    pending = bytearray()
+    eof = [False]
+
+    def pull() -> bytes:
+        nonlocal written
         try:
-            with open(raw, "wb") as out:
-                for b in _io.iter_decompressed(path, 8 << 20):
-                    out.write(b)
-                    done += len(b)
-                    if progress:
-                        progress(min(total, done // 8), total)  # decompression is the first ~1/8 of the work
-        except OSError as exc:
-            raise InputError(f"cannot decompress to a temporary file ({exc.strerror or exc})", path=str(path)) from None
-        with open(raw, "rb") as fh:
-            try:
-                top, head = walk_stream(fh.read, {"traceEvents"}, {"deviceProperties"})
-            except BadJSON as exc:
-                raise _parse_error(path, exc) from None
+            b = next(stream)
+        except StopIteration:
+            eof[0] = True
+            return b""
+        out.write(b)
+        written += len(b)
+        return b
+
+    def read(n: int) -> bytes:  # for the header walk: bytes in file order
+        while len(pending) < n and not eof[0]:
+            pending.extend(pull())
+        r = bytes(pending[:n])
+        del pending[:n]
+        return r
+
+    procs: list = []
+    try:
+        try:
+            top, head = walk_stream(read, {"traceEvents"}, {"deviceProperties"})
+        except BadJSON as exc:
+            raise _parse_error(path, exc) from None
         start = _array_start(path, top, head)
-        prefixes = detect_prefixes(_read_at(raw, start, 4 << 20))
-
-        def scaled(d: int, t: int) -> None:
+        window = bytes(head[start:]) + bytes(pending)
+        while len(window) < (4 << 20) and not eof[0]:
+            window += pull()
+        pending.clear()
+        prefixes = detect_prefixes(window[:4 << 20])
+        ctx = _mp_context()
+        for _ in range(nworkers):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=worker_range, args=(child, str(raw), prefixes), daemon=True)
+            p.start()
+            child.close()
+            procs.append((p, parent))
+        idle = [conn for _, conn in procs]
+        todo: list[tuple] = []
+        cut_from = start
+        recent = window  # the newest decompressed bytes (to find a boundary in)
+        recent_at = written - len(window)
+        while not eof[0]:
+            b = pull()
+            if b:
+                recent = recent[-(256 << 10):] + b
+                recent_at = written - len(recent)
+            if written - cut_from >= GZ_RANGE:
+                last = None
+                # the last boundary in the newest megabyte (never before the current range start)
+                for m in BOUNDARY.finditer(recent, max(0, cut_from - recent_at, len(recent) - (1 << 20))):
+                    last = m
+                if last is not None:
+                    cut_end = recent_at + last.start() + 1
+                    nxt = recent.find(b"{", last.start() + 1)
+                    out.flush()
+                    todo.append((cut_from, cut_end, False))
+                    cut_from = recent_at + nxt
+            for conn in [c for _, c in procs]:
+                while conn.poll():
+                    kind, val = conn.recv()
+                    if kind == "ranged":
+                        idle.append(conn)
+                    elif kind in ("error",):
+                        raise InputError(f"corrupt or truncated trace JSON: {val}", path=str(path))
+            while idle and todo:
+                idle.pop(0).send(("range",) + todo.pop(0))
             if progress:
-                progress(total // 8 + (total - total // 8) * d // max(1, t), total)
-
-        handles, tail = _run_ranges(raw, start, _io.file_size(raw), prefixes, nworkers, scaled)
-        return handles, tail, top
+                progress(min(written, hint - 1), hint)
+        out.close()
+        todo.append((cut_from, written, True))
+        while idle and todo:
+            idle.pop(0).send(("range",) + todo.pop(0))
+        for conn in idle:
+            conn.send(("finish",))
+    except BaseException:
+        out.close()
+        for p, _ in procs:
+            p.terminate()
+        raise
+    handles, tail = _collect(path, procs, None, written, written, todo=todo)
+    if progress:
+        progress(hint, hint)
+    return handles, tail, top
 
 
 def _read_ijson(path: Path, top: Any, progress: Progress) -> tuple[list, Any]:
