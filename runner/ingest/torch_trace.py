@@ -212,8 +212,12 @@ def _run_ranges(path: Path, start: int, end: int, prefixes: Optional[dict], nwor
     span = end - start
     for k in range(1, nranges):
         want = start + span * k // nranges
-        window = _read_at(path, want, 4 << 20)
-        m = BOUNDARY.search(window)
+        m = None
+        for width in (256 << 10, 4 << 20):  # an event boundary is normally a few hundred bytes away
+            window = _read_at(path, want, width)
+            m = BOUNDARY.search(window)
+            if m is not None:
+                break
         if m is None:
             continue
         c = want + m.start() + 1
