@@ -35,15 +35,10 @@ def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, i
         return PlanItem(**base, shape_provenance="unresolved", status="unresolved_shape",
                         notes=[f"shape not recoverable from the trace; supply it with --shape {','.join(keys)}"])
     missing = [key for key in keys if key not in shape]
-    notes = []
+    notes: list[str] = []
     if missing:
-        # e.g. a per-batch _scaled_mm loop seen as single GEMMs: batch=1 per call is what the trace shows.
-        if missing == ["batch"]:
-            shape = {"batch": 1, **shape}
-            notes.append("batch not visible in the trace (each call is one GEMM); planned as batch=1")
-        else:
-            return PlanItem(**base, shape=shape, shape_provenance=provenance, status="unsupported_shape",
-                            notes=[f"the card's problem needs {','.join(keys)}; the trace gives {','.join(shape)}"])
+        return PlanItem(**base, shape=shape, shape_provenance=provenance, status="unsupported_shape",
+                        notes=[f"the card's problem needs {','.join(keys)}; the shape given has {','.join(shape)}"])
     sel = select_recipe(card, shape, facts, arch)
     r = sel.recipe
     speed = r.expected_speedup or card.data["expects"]["isolated_speedup_min"]
@@ -79,7 +74,9 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
     items: list[PlanItem] = []
     for m in report.matches:
         card = index.skill(m.skill_id)
-        keys = set(problem_keys(card)) - {"batch"}
+        # A per-batch loop of GEMMs shows M,N,K but not the batch: that does not determine a batched
+        # problem, so such a trace needs --shape (we do not guess the batch from call counts).
+        keys = set(problem_keys(card))
         k = by_name[m.kernel]
         shaped = [oc for oc in k.ops if oc.shape and keys <= set(oc.shape)]
         for oc in shaped:
