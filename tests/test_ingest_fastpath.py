@@ -157,3 +157,16 @@ def test_workers_start_cleanly_while_another_thread_runs(tmp_path, small_chunks)
         stop.set()
         t.join()
     assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))
+
+
+def test_unsplittable_document_falls_back_to_streaming_parser(tmp_path, monkeypatch):
+    """No event boundary within MAX_CARRY bytes: the reader streams the file with ijson instead."""
+    monkeypatch.setattr(_kineto_shard, "READ_SIZE", 256)
+    monkeypatch.setattr(_kineto_shard, "MAX_CARRY", 128)
+    monkeypatch.setattr(_kineto_shard, "TAIL_MARGIN", 64)
+    src = FIX / "kineto_gfx950_ck_blockscale.synthetic.json"
+    plain = tmp_path / "t.json"
+    shutil.copy(src, plain)
+    fast = torch_trace.ingest_kineto(plain, small_limit=0, workers=2)
+    assert torch_trace.LAST_STATS["shards"] == 1  # the single in-process ijson shard
+    assert _dump(fast) == _dump(torch_trace.ingest_kineto(src))

@@ -32,9 +32,9 @@ from ._profile import OpRef, ProfileBuilder, make_opref
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
-_CLEANUP: list = []
-LAST_STATS: dict = {}
-LAST_WORKERS: list = []  # per worker process of the last large read: scan CPU seconds, peak RSS  # how the last Kineto read went (chunks read fast/slow, workers): for tests and benchmarks  # temporary files of the current read, removed once linking is done
+_CLEANUP: list = []  # temporary files of the current read, removed once linking is done
+LAST_STATS: dict = {}  # how the last Kineto read went (shards, chunks read fast/slow): for tests and benchmarks
+LAST_WORKERS: list = []  # per worker process of the last large read: scan CPU seconds, peak RSS
 SMALL_LIMIT = 16 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
 
@@ -101,6 +101,8 @@ def _mp_context() -> mp.context.BaseContext:
 # ---------------------------------------------------------------------- entry point
 def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = None,
                   small_limit: int = SMALL_LIMIT, workers: Optional[int] = None) -> Profile:
+    """Read a Kineto trace; ``small_limit`` (decompressed bytes) picks the whole-document path,
+    ``workers`` the number of scanning processes of the large-file path (default: CPU count, ≤4)."""
     size_hint = _io.content_size_hint(path)
     builder = ProfileBuilder(str(path), FORMAT)
     _mark("start")
