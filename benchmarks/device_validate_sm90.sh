@@ -1,0 +1,42 @@
+#!/bin/bash
+# The runner, end to end, on the lent H200 (device tool):
+#   1. profile the block-scale baseline workload with `skill-run profile` (torch.profiler hook) ->
+#      the bundled example trace;
+#   2. `skill-run --profile <trace> --run`: match the sm_90 block-scale card, select recipes by shape,
+#      run port vs cuBLAS (+ oracle-correct alternatives), write validation YAML;
+#   3. the decode shape cuBLAS block-wise refuses (M=1), through `skill-run run`;
+#   4. the batched row-wise and a16wi4 MoE baselines profiled, then the runner on those traces
+#      (shapes the traces cannot determine are given with --shape, provenance `user`).
+# Everything the runner writes is packed into $OUT/evidence.tgz.
+#   SKILLRUN_GIT_REVISION=<sha> STAGES="1 2 3 4" bash benchmarks/device_validate_sm90.sh
+set -o pipefail
+source .ci/device-env.sh
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" runner/examples
+STAGES=${STAGES:-"1 2 3 4"}
+ROUNDS=${ROUNDS:-40}
+LOG="$OUT/device_validate.log"
+EXAMPLE=runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
+run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; echo "rc=$?" | tee -a "$LOG"; }
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
+  echo "revision ${SKILLRUN_GIT_REVISION:-unknown}"
+} >> "$LOG" 2>&1
+for s in $STAGES; do
+  case $s in
+  1) run timeout 120 python3 -m skillrun.profile_run --out "$EXAMPLE" --steps 1:4 -- \
+       python3 benchmarks/workloads/fp8_blockscale_workload.py --iters 3 ;;
+  2) run timeout 330 python3 -m skillrun --profile "$EXAMPLE" --run --rounds "$ROUNDS" --top 12 ;;
+  3) run timeout 90 python3 -m skillrun run triton_fp8_blockscale_gemm_sm90 --shape 1,7168,2048 --rounds "$ROUNDS" ;;
+  4) run timeout 60 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
+       python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
+     run timeout 200 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" --top 8 \
+       --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 --shape batch=16,M=4096,N=8192,K=1024
+     run timeout 200 python3 -m skillrun --profile kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
+       --run --rounds "$ROUNDS" --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
+       --shape tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 ;;
+  esac
+done
+tar czf "$OUT/evidence.tgz" validation runner/examples "$OUT"/*.trace.json.gz 2>/dev/null
+ls -la "$OUT" >> "$LOG"
