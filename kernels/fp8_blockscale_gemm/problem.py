@@ -101,7 +101,12 @@ def make_inputs(shape: dict, seed: int, device: str | torch.device = "cpu") -> d
         return torch.exp2(torch.rand(*size, generator=gen, device=device) * 6.0 - 3.0)
 
     x = randn(M, K) * spread(M, kb).repeat_interleave(BLOCK, dim=1)
-    w = randn(N, K) * 0.05 * spread(nb, kb).repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)
+    # Weights scaled like an initialised layer (~1/sqrt(K)) so the output is O(1) at every K: the
+    # card's absolute tolerance (atol=1e-2) only means something at that scale. With O(10-100)
+    # outputs, bf16 rounding of the result alone (half an ulp is 0.06-0.25 there) fails atol near
+    # cancelling elements for every correct kernel, cuBLAS included (seen on the H200).
+    w_std = 0.123 / K ** 0.5  # 0.123 ~ 1 / (rms of x * rms of the block spread): output std ~ 1
+    w = randn(N, K) * w_std * spread(nb, kb).repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)
     a, a_scale = quantize_1x128(x)
     del x
     b, b_scale = quantize_128x128(w)
