@@ -8,13 +8,15 @@
 #   4. the batched row-wise and a16wi4 MoE baselines profiled, then the runner on those traces
 #      (shapes the traces cannot determine are given with --shape, provenance `user`).
 # Everything the runner writes is packed into $OUT/evidence.tgz.
-#   SKILLRUN_GIT_REVISION=<sha> STAGES="1 2 3 4" bash benchmarks/device_validate_sm90.sh
+#   5. the batched row-wise benchmark (port vs the _scaled_mm loop vs _scaled_grouped_mm, all shapes).
+#   SKILLRUN_GIT_REVISION=<sha> STAGES="1 2 3 4 5" bash benchmarks/device_validate_sm90.sh
 set -o pipefail
 source .ci/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" runner/examples
 STAGES=${STAGES:-"1 2 3 4"}
 ROUNDS=${ROUNDS:-40}
+GRAPH=${GRAPH:---cuda-graph}  # CUDA-graph replay for every slot (falls back to eager for all if one cannot be captured)
 LOG="$OUT/device_validate.log"
 EXAMPLE=runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; echo "rc=$?" | tee -a "$LOG"; }
@@ -27,15 +29,16 @@ for s in $STAGES; do
   case $s in
   1) run timeout 120 python3 -m skillrun.profile_run --out "$EXAMPLE" --steps 1:4 -- \
        python3 benchmarks/workloads/fp8_blockscale_workload.py --iters 3 ;;
-  2) run timeout 330 python3 -m skillrun --profile "$EXAMPLE" --run --rounds "$ROUNDS" --top 12 ;;
-  3) run timeout 90 python3 -m skillrun run triton_fp8_blockscale_gemm_sm90 --shape 1,7168,2048 --rounds "$ROUNDS" ;;
+  2) run timeout 330 python3 -m skillrun --profile "$EXAMPLE" --run --rounds "$ROUNDS" $GRAPH --top 12 ;;
+  3) run timeout 90 python3 -m skillrun run triton_fp8_blockscale_gemm_sm90 --shape 1,7168,2048 --rounds "$ROUNDS" $GRAPH ;;
   4) run timeout 60 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
        python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
-     run timeout 200 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" --top 8 \
+     run timeout 200 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" $GRAPH --top 8 \
        --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 --shape batch=16,M=4096,N=8192,K=1024
      run timeout 200 python3 -m skillrun --profile kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
-       --run --rounds "$ROUNDS" --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
+       --run --rounds "$ROUNDS" $GRAPH --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
        --shape tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 ;;
+  5) run timeout 200 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --budget-s 150 --out "$OUT/fp8_rowwise_bench.json" ;;
   esac
 done
 tar czf "$OUT/evidence.tgz" validation runner/examples "$OUT"/*.trace.json.gz 2>/dev/null
