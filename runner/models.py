@@ -75,7 +75,7 @@ class Profile(_Model):
     """A normalized profile, whatever the source format (schema: schemas/profile.schema.json)."""
 
     source: str
-    format: str  # kineto_json | rocprofv3_csv | rocprofv3_json | rocpd_sqlite | rocprof_v1_csv | nsys_sqlite | nsys_stats_csv | ncu_csv
+    format: str  # kineto_json | rocprofv3_csv | rocpd_csv | rocprof_v2_csv | rocprof_v1_csv | rocprof_stats_csv | rocprofv3_json | rocpd_sqlite | nsys_sqlite | nsys_stats_csv | ncu_csv
     devices: list[DeviceInfo] = Field(default_factory=list)
     arch: Optional[str] = None
     total_kernel_us: float = 0.0
