@@ -64,26 +64,29 @@ def check_fp8() -> list[dict]:
     ints = ["M", "N", "K", "stride_xb", "stride_xm", "stride_xk", "stride_wb", "stride_wn", "stride_wk", "stride_ob", "stride_om", "stride_on"]
     types.update({n: "i32" for n in ints})
     rows, seen = [], set()
-    for cls, cands in bench.CANDIDATES.items():
-        for cfg in cands:
-            key = bench.cfg_key(cfg)
-            if key in seen:
-                continue
-            seen.add(key)
-            kn = cfg.get("w_layout") == "kn"
-            # unit strides are specialized to the constant 1 at run time, as here
-            consts = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
-                      "GROUP_M": cfg["GROUP_M"], "EVEN_K": True, "stride_xk": 1, "stride_on": 1,
-                      ("stride_wn" if kn else "stride_wk"): 1}
-            div = ["x_ptr", "w_ptr", "xs_ptr", "ws_ptr", "out_ptr", "M", "N", "K", "stride_xb", "stride_xm",
-                   "stride_wb", "stride_wk" if kn else "stride_wn", "stride_ob", "stride_om"]
-            tys = {k: v for k, v in types.items() if k not in consts}
-            try:
-                info = compile_one(port._fp8_rowwise_bmm_kernel, tys, consts, div, cfg["num_warps"], cfg["num_stages"])
-            except Exception as exc:
-                info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            rows.append({"class": cls, "config": key, **info})
-            print(json.dumps(rows[-1]), flush=True)
+    # Each candidate with the K=8192 default promotion (every 128 of K) and without it (the K=1024
+    # default): the promotion's partial accumulator costs registers on wgmma tiles.
+    variants = [(cls, cfg, pa) for cls, cands in bench.CANDIDATES.items() for cfg in cands
+                for pa in (port.PRECISE_ACC_DEFAULT, 0)]
+    for cls, cfg, pa in variants:
+        key = f"{bench.cfg_key(cfg)}_pa{pa}"
+        if key in seen:
+            continue
+        seen.add(key)
+        kn = cfg.get("w_layout") == "kn"
+        # unit strides are specialized to the constant 1 at run time, as here
+        consts = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
+                  "GROUP_M": cfg["GROUP_M"], "EVEN_K": True, "PRECISE_ACC": pa, "stride_xk": 1, "stride_on": 1,
+                  ("stride_wn" if kn else "stride_wk"): 1}
+        div = ["x_ptr", "w_ptr", "xs_ptr", "ws_ptr", "out_ptr", "M", "N", "K", "stride_xb", "stride_xm",
+               "stride_wb", "stride_wk" if kn else "stride_wn", "stride_ob", "stride_om"]
+        tys = {k: v for k, v in types.items() if k not in consts}
+        try:
+            info = compile_one(port._fp8_rowwise_bmm_kernel, tys, consts, div, cfg["num_warps"], cfg["num_stages"])
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        rows.append({"class": cls, "config": key, **info})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

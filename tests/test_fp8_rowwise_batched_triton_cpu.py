@@ -33,6 +33,10 @@ cases = [
     ({"batch": 3, "M": 20, "N": 48, "K": 96}, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, GROUP_M=2), "nk"),
     ({"batch": 3, "M": 20, "N": 48, "K": 96}, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, GROUP_M=2), "kn"),
     ({"batch": 2, "M": 40, "N": 64, "K": 128}, dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, GROUP_M=4), "nk"),
+    # precise accumulation on: promotion interval below BLOCK_K (split inside the dot) and above it
+    # (served at BLOCK_K), with a K tail; indexing must be unchanged (the interpreter accumulates in fp32)
+    ({"batch": 2, "M": 20, "N": 48, "K": 160}, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, GROUP_M=2, precise_acc=32), "nk"),
+    ({"batch": 2, "M": 20, "N": 48, "K": 160}, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, GROUP_M=2, precise_acc=4096), "nk"),
 ]
 for ci, (shape, cfg, layout) in enumerate(cases):
     for seed in (0, 1, 2):
@@ -53,7 +57,7 @@ def interp_results() -> list[dict]:
     proc = subprocess.run([sys.executable, "-c", _CASES, str(TESTS)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == 12, proc.stdout
+    assert len(rows) == 18, proc.stdout
     return rows
 
 
@@ -144,6 +148,21 @@ def test_cuda_references_refuse_cpu():
         references.build_scaled_grouped_mm(shape, {}, "cpu")
 
 
+def test_precise_accumulation_default_and_bounds():
+    # deep K promotes by default, shallow K keeps the hardware accumulation
+    assert triton_sm90.pick_config(16, 4096, 777, 8192)[0]["precise_acc"] == triton_sm90.PRECISE_ACC_DEFAULT
+    assert triton_sm90.pick_config(16, 4096, 777, 1024)[0]["precise_acc"] is None
+    launch = triton_sm90.build({"batch": 1, "M": 64, "N": 64, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128}, "cpu")
+    assert launch.describe["config"]["precise_acc"] == triton_sm90.PRECISE_ACC_DEFAULT
+    # Triton needs the bound <= BLOCK_K; larger requests are served at BLOCK_K, 0/None mean off
+    assert triton_sm90._precise_acc_constexpr(4096, 128) == 128
+    assert triton_sm90._precise_acc_constexpr(64, 128) == 64
+    assert triton_sm90._precise_acc_constexpr(None, 128) == 0
+    with pytest.raises(ValueError, match="precise_acc"):
+        triton_sm90.build({"batch": 1, "M": 64, "N": 64, "K": 4096},
+                          {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "precise_acc": -1}, "cpu")
+
+
 def test_config_table_prefers_measured_entries(monkeypatch):
     cfg, tuned = triton_sm90.pick_config(16, 1, 12345, 678)
     assert not tuned and cfg["BLOCK_M"] >= 16
@@ -176,7 +195,12 @@ def test_card_recipes_equal_the_ports_measured_config_table():
     # bucket edges too: the card's M classes and the port's table must agree everywhere
     cases += [{"shape": {"batch": 16, "M": m, "N": 1280, "K": 8192}, "recipe": r} for m, r in
               ((16, "decode_weight_stream"), (17, "small_m_wgmma"), (64, "small_m_wgmma"), (65, "mid_m"),
-               (256, "mid_m"), (257, "large_m_512"), (768, "large_m_512"), (769, "large_m_1024"))]
+               (256, "mid_m"), (257, "large_m_512"), (768, "large_m_512"), (769, "large_m_1024"),
+               (1024, "large_m_1024"), (1025, "large_m_4096"), (4096, "large_m_4096"))]
+    cases += [{"shape": {"batch": 16, "M": m, "N": 8192, "K": 1024}, "recipe": r} for m, r in
+              ((1, "wide_n_decode_weight_stream"), (16, "wide_n_decode_weight_stream"), (17, "wide_n_small_m_wgmma"),
+               (64, "wide_n_small_m_wgmma"), (65, "wide_n_mid_m"), (256, "wide_n_mid_m"), (257, "wide_n_large_m"),
+               (1024, "wide_n_large_m"), (1025, "wide_n_prefill_keep_baseline"), (4096, "wide_n_prefill_keep_baseline"))]
     for case in cases:
         s = case["shape"]
         cfg, tuned = triton_sm90.pick_config(s["batch"], s["M"], s["N"], s["K"])

@@ -31,7 +31,7 @@ def _fp8_rowwise_bmm_kernel(
     stride_wb, stride_wn, stride_wk,
     stride_ob, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, PRECISE_ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
@@ -63,7 +63,15 @@ def _fp8_rowwise_bmm_kernel(
             k_left = K - kt * BLOCK_K
             a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, w, acc)
+        if PRECISE_ACC > 0:
+            # sm_90 fp8 wgmma adds into its accumulator with ~14 significant bits; Triton's default
+            # for fp8 dots there is no promotion at all (max_num_imprecise_acc = 2**30). With a bound,
+            # the lowering accumulates each PRECISE_ACC-deep slice of K into a zeroed partial and
+            # adds that into `acc` with full fp32 adds (DeepSeek-V3 §3.3.2). mma.sync tiles
+            # (BLOCK_M < 64) ignore it: they accumulate in fp32 already.
+            acc = tl.dot(a, w, acc, max_num_imprecise_acc=PRECISE_ACC)
+        else:
+            acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
@@ -113,21 +121,46 @@ def prepare_weights(wq: torch.Tensor, layout: str = "nk") -> PreparedWeights:
     raise ValueError(f"layout must be 'nk' or 'kn', got {layout!r}")
 
 
-def _cfg(bm: int, bn: int, bk: int, gm: int, warps: int, stages: int) -> dict:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "num_warps": warps, "num_stages": stages}
+# K depth from which the port promotes the fp8 accumulator by default. At K=8192 the unpromoted
+# wgmma sum put 3-7 of 2.6M outputs past atol=rtol=1e-2 on the H200 (cuBLAS rowwise identically);
+# at K=1024 every implementation stayed inside it.
+PRECISE_ACC_MIN_K = 2048
+PRECISE_ACC_DEFAULT = 128
 
 
-# Sweep winners on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep, B=16, commit
-# f95b066; NOTES.md has every candidate's time). Keyed by (N, K) -> [(largest M covered, config)];
-# buckets are the skill card's M classes, each measured at one M (in the comment). Shapes with no
-# entry get a regime default and are reported as untuned.
+def default_precise_acc(k: int) -> int | None:
+    """Promotion interval (elements of K) the port uses when a config does not say: None = off."""
+    return PRECISE_ACC_DEFAULT if k >= PRECISE_ACC_MIN_K else None
+
+
+def _cfg(bm: int, bn: int, bk: int, gm: int, warps: int, stages: int, precise_acc: int | None) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm, "num_warps": warps, "num_stages": stages,
+            "precise_acc": precise_acc}
+
+
+# Sweep winners on the H200 (benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep, B=16; N=1280/K=8192
+# first measured at commit f95b066, both classes re-swept at commit 4068027, whose graph-replay times
+# are in the comments). Keyed by (N, K) -> [(largest M covered, config)]; buckets are the skill
+# card's M classes, each measured at one M. The sweep ran without promotion; at K=8192 the recipes
+# promote every 128 of K (parity, see default_precise_acc). Shapes with no entry get a regime
+# default and are reported as untuned.
+_P = PRECISE_ACC_DEFAULT
 TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {
     (1280, 8192): [
-        (16, _cfg(16, 128, 256, 1, 4, 3)),     # M=1: 57.4 us (2.9 TB/s of weights)
-        (64, _cfg(64, 128, 128, 1, 4, 4)),     # M=32: 57.2 us
-        (256, _cfg(64, 128, 128, 8, 4, 4)),    # M=128: 75.7 us
-        (768, _cfg(128, 128, 128, 8, 4, 4)),   # M=512: 151.0 us, 1138 TF
-        (1024, _cfg(128, 256, 128, 8, 8, 3)),  # M=1024: 246.5 us, 1394 TF
+        (16, _cfg(16, 128, 256, 1, 4, 3, _P)),     # M=1: 58.3 us (mma.sync: fp32 accumulation anyway)
+        (64, _cfg(64, 128, 128, 1, 4, 4, _P)),     # M=32: 59.7 us
+        (256, _cfg(64, 128, 128, 8, 4, 4, _P)),    # M=128: 80.2 us
+        (768, _cfg(128, 128, 128, 8, 4, 4, _P)),   # M=512: 155.6 us
+        (1024, _cfg(128, 256, 128, 8, 8, 3, _P)),  # M=1024: 253.5 us
+        (4096, _cfg(128, 256, 128, 8, 8, 3, _P)),  # M=4096: 979.9 us
+    ],
+    (8192, 1024): [
+        (16, _cfg(16, 128, 256, 1, 4, 3, None)),     # M=1: 48.9 us
+        (64, _cfg(64, 128, 128, 1, 4, 4, None)),     # M=32: 52.8 us
+        (256, _cfg(128, 64, 128, 8, 4, 4, None)),    # M=128: 68.9 us
+        (768, _cfg(128, 256, 128, 8, 8, 3, None)),   # M=512: 170.1 us
+        (1024, _cfg(128, 256, 128, 8, 8, 3, None)),  # M=1024: 303.0 us
+        (4096, _cfg(128, 256, 128, 8, 8, 3, None)),  # M=4096: 1130.1 us, slower than the _scaled_mm loop
     ],
 }
 
@@ -141,11 +174,21 @@ def pick_config(batch: int, m: int, n: int, k: int) -> tuple[dict, bool]:
     for max_m, cfg in TUNED.get((n, k), []):
         if m <= max_m:
             return dict(cfg), True
-    if m <= 32:
-        return dict(DEFAULT_SMALL_M), False
-    if m <= 256:
-        return dict(DEFAULT_MID_M), False
-    return dict(DEFAULT_LARGE_M), False
+    base = DEFAULT_SMALL_M if m <= 32 else DEFAULT_MID_M if m <= 256 else DEFAULT_LARGE_M
+    return {**base, "precise_acc": default_precise_acc(k)}, False
+
+
+def _precise_acc_constexpr(precise_acc: int | None, block_k: int) -> int:
+    """The kernel's PRECISE_ACC: 0 = hardware accumulation, else promote every min(value, BLOCK_K) of K.
+
+    Triton requires the bound to be <= the dot's K (BLOCK_K), and always promotes at the end of a
+    dot, so a larger request is served at BLOCK_K.
+    """
+    if precise_acc is None or precise_acc == 0:
+        return 0
+    if isinstance(precise_acc, bool) or not isinstance(precise_acc, int) or precise_acc < 0:
+        raise ValueError(f"config precise_acc must be None or a positive int (elements of K), got {precise_acc!r}")
+    return min(precise_acc, block_k)
 
 
 def fp8_rowwise_batched_gemm(
@@ -160,6 +203,8 @@ def fp8_rowwise_batched_gemm(
     """out[b] = (xq[b] @ wq[b].T) * x_scale[b][:, None] * w_scale[b][None, :], bf16, one launch.
 
     ``w`` is the result of :func:`prepare_weights`, or a raw (B, N, K) tensor used as is.
+    ``config["precise_acc"]``: promote the fp8 wgmma accumulator to fp32 every that many elements
+    of K (None = never); absent, :func:`default_precise_acc` decides by K.
     """
     if bias is not None:
         raise NotImplementedError(
@@ -188,6 +233,7 @@ def fp8_rowwise_batched_gemm(
         out = torch.empty(bsz, m, n, dtype=torch.bfloat16, device=xq.device)
     cfg = dict(config) if config else pick_config(bsz, m, n, k)[0]
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    precise = _precise_acc_constexpr(cfg.get("precise_acc", default_precise_acc(k)), bk)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), bsz)
     swb, swn, swk = pw.strides()
     _fp8_rowwise_bmm_kernel[grid](
@@ -197,7 +243,7 @@ def fp8_rowwise_batched_gemm(
         swb, swn, swk,
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.get("GROUP_M", 8),
-        EVEN_K=(k % bk == 0),
+        EVEN_K=(k % bk == 0), PRECISE_ACC=precise,
         num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3),
     )
     return out
@@ -212,6 +258,8 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     if not all(key in cfg for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
         base, tuned = pick_config(b, m, n, k)
         cfg = {**base, **cfg}
+    cfg.setdefault("precise_acc", default_precise_acc(k))
+    _precise_acc_constexpr(cfg["precise_acc"], cfg["BLOCK_K"])  # a bad value fails here, not at launch
 
     def prepare(inputs: dict) -> dict:
         return {
