@@ -118,11 +118,24 @@ def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
     return {"shape": shape, "candidates": rows, "best": best, "best_config": rows[best]["config"] if best else None}
 
 
-def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int) -> dict:
+def acc_variants(shape: dict, cfg: dict | None) -> dict[str, dict]:
+    """Port configs that isolate the cost of precise accumulation at this shape: the chosen config
+    with promotion off and every 128 of K, plus 256x128 (no register spill when promoting) where the
+    chosen tile is 128x256."""
+    base = dict(cfg) if cfg else port.pick_config(shape["batch"], shape["M"], shape["N"], shape["K"])[0]
+    out = {"port_acc_off": {**base, "precise_acc": None}, "port_acc_128": {**base, "precise_acc": 128}}
+    if (base["BLOCK_M"], base["BLOCK_N"]) == (128, 256):
+        out["port_256x128_acc_128"] = {**base, "BLOCK_M": 256, "BLOCK_N": 128, "precise_acc": 128}
+    return out
+
+
+def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, ablation: bool = False) -> dict:
     inp = problem.make_inputs(shape, 1, DEV)  # a different seed from the sweep's
     ref = problem.oracle(inp)
     impls = {"port": (port.build, cfg or {}), "scaled_mm_loop": (references.build_scaled_mm_loop, {}),
              "scaled_grouped_mm": (references.build_scaled_grouped_mm, {})}
+    if ablation:
+        impls.update({name: (port.build, c) for name, c in acc_variants(shape, cfg).items()})
     res: dict = {"shape": shape, "impls": {}}
     eager, graph = {}, {}
     for name, (builder, c) in impls.items():
@@ -136,7 +149,7 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int) -> 
             tm.sync()
             row["parity"] = tm.parity(got, ref)
             row["describe"] = {k: v for k, v in launch.describe.items() if k != "config"}
-            if name == "port":
+            if name.startswith("port"):
                 row["config"] = launch.describe.get("config")
             fn = (lambda l=launch, p=prepared, o=out: l.run(p, o))
             eager[name] = fn
@@ -193,6 +206,23 @@ def print_table(rows: list[dict]) -> None:
               f"{sp.get('scaled_grouped_mm_graph', float('nan')):>7.2f} | {aa_txt:>5} | {err(p):>8} {err(lp):>8} {err(gp):>8}")
 
 
+def print_ablation(rows: list[dict]) -> None:
+    print("\nprecise accumulation (graph replay, us; x port = variant time / port time; oot = fraction of outputs outside rtol=atol=1e-2)")
+    for r in rows:
+        s, im = r["shape"], r["impls"]
+        base = im.get("port", {}).get("graph_ms")
+        for name, row in im.items():
+            if not name.startswith("port") or name == "port_again":
+                continue
+            par = row.get("parity", {})
+            t = row.get("graph_ms")
+            ratio = f"{t / base:.3f}" if t and base else "-"
+            cfg = row.get("config") or (row.get("describe") or {}).get("config") or {}
+            print(f"  M={s['M']:>5} N={s['N']:>5} K={s['K']:>5} {name:<22} {tm.fmt_us(t):>8} x port {ratio:>6} "
+                  f"rel_fro {par.get('rel_fro', float('nan')):.2e} oot {par.get('frac_out_of_tol', float('nan')):.1e} "
+                  f"max_abs {par.get('max_abs', float('nan')):.3f} precise_acc={cfg.get('precise_acc', '?')} {row.get('error', '')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="time every candidate config per shape and use the best")
@@ -204,9 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="plumbing check on the CPU with tiny shapes (run with TRITON_INTERPRET=1); numbers mean nothing")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--acc-ablation", action="store_true",
+                    help="also time the port with precise accumulation off / every 128 of K (same session)")
+    ap.add_argument("--n", type=int, nargs="*", default=None, help="only these N")
     args = ap.parse_args(argv)
     global DEV
-    shapes = [s for s in problem.SHAPES if args.m is None or s["M"] in args.m]
+    shapes = [s for s in problem.SHAPES if (args.m is None or s["M"] in args.m) and (args.n is None or s["N"] in args.n)]
     if args.dry_run_cpu:
         DEV, tm.DRY_RUN_CPU, args.jobs = "cpu", True, 1
         tm.load_interpreter_fixups()
@@ -246,11 +279,13 @@ def main(argv: list[str] | None = None) -> int:
             print("budget reached; table stopped", flush=True)
             break
         cfg = chosen.get(f"{shape['M']},{shape['N']},{shape['K']}")
-        rows.append(table_shape(shape, cfg, flush, args.reps))
+        rows.append(table_shape(shape, cfg, flush, args.reps, args.acc_ablation))
         result["table"] = rows
         if args.out:
             args.out.write_text(json.dumps(result, indent=1, default=str))
     print_table(rows)
+    if args.acc_ablation:
+        print_ablation(rows)
     result["elapsed_s"] = time.perf_counter() - t0
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=str))

@@ -8,6 +8,8 @@
 #   4. the batched row-wise and a16wi4 MoE baselines profiled, then the runner on those traces
 #      (shapes the traces cannot determine are given with --shape, provenance `user`).
 # Everything the runner writes is packed into $OUT/evidence.tgz.
+#   4r. the row-wise half of 4 only (baseline profile, runner on four shapes) plus a short same-session
+#       table of the precise-accumulation cost at M=128/1024, N=1280, K=8192.
 #   5. the batched row-wise benchmark (port vs the _scaled_mm loop vs _scaled_grouped_mm, all shapes).
 #   SKILLRUN_GIT_REVISION=<sha> STAGES="1 2 3 4 5" bash benchmarks/device_validate_sm90.sh
 set -o pipefail
@@ -38,6 +40,13 @@ for s in $STAGES; do
      run timeout 200 python3 -m skillrun --profile kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
        --run --rounds "$ROUNDS" $GRAPH --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
        --shape tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 ;;
+  4r) run timeout 50 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
+       python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
+     run timeout 170 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" $GRAPH --top 8 \
+       --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 \
+       --shape batch=16,M=128,N=8192,K=1024 --shape batch=16,M=4096,N=8192,K=1024
+     run timeout 85 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --m 128 1024 --n 1280 --acc-ablation \
+       --out "$OUT/fp8_rowwise_acc_ablation.json" ;;
   5) run timeout 200 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --budget-s 150 --out "$OUT/fp8_rowwise_bench.json" ;;
   esac
 done
