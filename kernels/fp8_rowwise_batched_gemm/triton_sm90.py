@@ -142,7 +142,7 @@ def _cfg(bm: int, bn: int, bk: int, gm: int, warps: int, stages: int, precise_ac
 # first measured at commit f95b066, both classes re-swept at commit 4068027, whose graph-replay times
 # are in the comments). Keyed by (N, K) -> [(largest M covered, config)]; buckets are the skill
 # card's M classes, each measured at one M. The sweep ran without promotion; at K=8192 the recipes
-# promote every 128 of K (parity, see default_precise_acc). Shapes with no entry get a regime
+# promote every 128 of K (parity, see default_precise_acc), which cost 1.10x at M=128 (64x128 tile). Shapes with no entry get a regime
 # default and are reported as untuned.
 _P = PRECISE_ACC_DEFAULT
 TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {
@@ -151,8 +151,11 @@ TUNED: dict[tuple[int, int], list[tuple[int, dict]]] = {
         (64, _cfg(64, 128, 128, 1, 4, 4, _P)),     # M=32: 59.7 us
         (256, _cfg(64, 128, 128, 8, 4, 4, _P)),    # M=128: 80.2 us
         (768, _cfg(128, 128, 128, 8, 4, 4, _P)),   # M=512: 155.6 us
-        (1024, _cfg(128, 256, 128, 8, 8, 3, _P)),  # M=1024: 253.5 us
-        (4096, _cfg(128, 256, 128, 8, 8, 3, _P)),  # M=4096: 979.9 us
+        # M >= 1024: the unpromoted winner 128x256 (253.5 / 979.9 us) spills once promotion doubles its
+        # accumulator registers (255 regs + 408 B spill, compile check) and ran 804.1 us at M=1024;
+        # 256x128 promoted ran 349.9 us there (no spill), same session (commit 19e3d27).
+        (1024, _cfg(256, 128, 128, 8, 8, 3, _P)),
+        (4096, _cfg(256, 128, 128, 8, 8, 3, _P)),  # promoted time at M=4096 not measured
     ],
     (8192, 1024): [
         (16, _cfg(16, 128, 256, 1, 4, 3, None)),     # M=1: 48.9 us
