@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 # CPU build of torch 2.13.0 (a local wheel on our dev/CI machines); an unpinned torch would pull a
 # multi-GB CUDA build. numpy<2.4 because triton 3.6's interpreter breaks on numpy 2.4.
 TORCH ?= torch==2.13.0
+# The lent H200's Triton: CPU interpreter tests and sm_90 compile checks must see the compiler the
+# measurements were taken with (a newer Triton changes what ptxas is given).
+TRITON ?= triton==3.6.0
 EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 
 .PHONY: setup demo test lld
@@ -12,7 +15,7 @@ EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 $(BIN)/skill-run: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[all]"
+	$(BIN)/pip install -q "$(TORCH)" "$(TRITON)" -e ".[all]"
 	touch $@
 
 setup: $(BIN)/skill-run

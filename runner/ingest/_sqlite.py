@@ -7,9 +7,16 @@ from pathlib import Path
 from ..errors import InputError
 
 
+def _text(raw: bytes) -> str:
+    # A damaged or foreign database can hold bytes that are not UTF-8; decoding must never raise
+    # out of a reader (it would surface as a traceback instead of a one-line InputError).
+    return raw.decode("utf-8", errors="replace")
+
+
 def connect(path: Path) -> sqlite3.Connection:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.text_factory = _text
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return con
     except sqlite3.Error as exc:

@@ -76,6 +76,7 @@ def find_csv_header(text: str, max_lines: int = 2000) -> tuple[Optional[str], in
 def sqlite_tables(path: Path) -> set[str]:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")  # damaged files: never raise on decode
         try:
             rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         finally:
