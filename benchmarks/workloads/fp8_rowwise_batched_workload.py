@@ -8,14 +8,7 @@ per-batch loop really launches. Each iteration runs every shape once, then marks
 """
 from __future__ import annotations
 
-import argparse
-
-import torch
-
-try:
-    from skillrun import profiling
-except ImportError:  # standalone run: markers become no-ops
-    profiling = None
+from workload_loop import run_baseline
 
 from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references
 
@@ -27,22 +20,8 @@ SHAPES = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iters", type=int, default=6)
-    args = ap.parse_args()
-    work = []
-    for shape in SHAPES:
-        inp = problem.make_inputs(shape, 0, "cuda")
-        launch = references.build_scaled_mm_loop(shape, {}, "cuda")
-        work.append((launch, launch.prepare(inp), problem.output_like(shape, "cuda")))
-    for _ in range(args.iters):
-        for launch, prepared, out in work:
-            launch.run(prepared, out)
-        torch.cuda.synchronize()
-        if profiling is not None:
-            profiling.step()
-    print("ran", args.iters, "iterations of", [f"{s['batch']}x{s['M']}x{s['N']}x{s['K']}" for s in SHAPES])
-    return 0
+    return run_baseline(__doc__.splitlines()[0], SHAPES, problem, references.build_scaled_mm_loop,
+                        lambda s: f"{s['batch']}x{s['M']}x{s['N']}x{s['K']}")
 
 
 if __name__ == "__main__":

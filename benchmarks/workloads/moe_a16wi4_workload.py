@@ -7,14 +7,7 @@ Run under the runner's profile step, e.g.
 """
 from __future__ import annotations
 
-import argparse
-
-import torch
-
-try:
-    from skillrun import profiling
-except ImportError:
-    profiling = None
+from workload_loop import run_baseline
 
 from skillrun_kernels.moe_a16wi4 import problem, references
 
@@ -25,22 +18,8 @@ SHAPES = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iters", type=int, default=6)
-    args = ap.parse_args()
-    work = []
-    for shape in SHAPES:
-        inp = problem.make_inputs(shape, 0, "cuda")
-        launch = references.build_dequant_grouped_bf16(shape, {}, "cuda")
-        work.append((launch, launch.prepare(inp), problem.output_like(shape, "cuda")))
-    for _ in range(args.iters):
-        for launch, prepared, out in work:
-            launch.run(prepared, out)
-        torch.cuda.synchronize()
-        if profiling is not None:
-            profiling.step()
-    print("ran", args.iters, "iterations of", [f"T{s['tokens']} E{s['experts']} I{s['inter_dim']}" for s in SHAPES])
-    return 0
+    return run_baseline(__doc__.splitlines()[0], SHAPES, problem, references.build_dequant_grouped_bf16,
+                        lambda s: f"T{s['tokens']} E{s['experts']} I{s['inter_dim']}")
 
 
 if __name__ == "__main__":
