@@ -4,9 +4,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import toolchain
+
+ConfigT = TypeVar("ConfigT")
 
 
 def ensure_compile_env(arch: str, tag: str) -> Path:
@@ -28,6 +30,53 @@ def compile_only(make: Callable[[], tuple[Callable, Sequence[Any]]], *, arch: st
 
     launcher, args = make()
     return compile_facts(launcher, args, arch=arch, describe=describe)
+
+
+def compile_stream_launcher(
+    make_launcher: Callable[[], Callable],
+    placeholders: Callable[[], Sequence[Any]],
+    *,
+    arch: str,
+    tag: str,
+    describe: dict,
+) -> dict:
+    """:func:`compile_only` for a launcher whose last argument is the stream: ``placeholders()``
+    (meta tensors and scalars, built after the compile env is set) followed by a null stream."""
+
+    def make() -> tuple[Callable, Sequence[Any]]:
+        import flydsl.expr as fx
+
+        return make_launcher(), (*placeholders(), fx.Stream(None))
+
+    return compile_only(make, arch=arch, tag=tag, describe=describe)
+
+
+def config_from_dict(cls: type[ConfigT], config: dict | None, owner: str) -> ConfigT:
+    """Build the dataclass ``cls`` from a recipe's config dict; unknown keys are an error naming ``owner``."""
+    config = dict(config or {})
+    known = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    unknown = sorted(set(config) - set(known))
+    if unknown:
+        raise ValueError(f"{owner}: unknown config keys {unknown}; known: {sorted(known)}")
+    return cls(**config)
+
+
+def waves_per_eu_attrs(waves_per_eu: int) -> dict[str, str] | None:
+    """Kernel attributes for a waves-per-EU occupancy hint; 0 means no hint (LLVM's default)."""
+    return {"rocdl.waves_per_eu": str(waves_per_eu)} if waves_per_eu else None
+
+
+def flat_out_run(launch: Callable, prep_keys: Sequence[str], *scalars: Any) -> Callable[[dict, Any], Any]:
+    """A ``KernelLaunch.run`` that calls ``launch(out.view(-1), prep[k]..., *scalars, stream)`` on the
+    current torch stream and returns ``out``."""
+
+    def run(prep: dict, out: Any) -> Any:
+        import torch
+
+        launch(out.view(-1), *(prep[k] for k in prep_keys), *scalars, torch.cuda.current_stream())
+        return out
+
+    return run
 
 
 def rocm_available() -> bool:

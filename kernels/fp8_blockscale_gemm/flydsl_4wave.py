@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from skillrun_kernels._flydsl.runtime import config_from_dict, flat_out_run, waves_per_eu_attrs
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import layout as L
@@ -53,11 +54,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, config: dict | None) -> "Config":
-        config = dict(config or {})
-        unknown = sorted(set(config) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"flydsl_4wave: unknown config keys {unknown}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**config)
+        return config_from_dict(cls, config, "flydsl_4wave")
 
     def check(self, M: int, N: int, K: int) -> None:
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
@@ -272,7 +269,7 @@ def make_launcher(N: int, K: int, cfg: Config, arch: str):
     def kernel(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor, M: fx.Int32):
         _kernel_body(g, C, A, B, SA, SB, M)
 
-    value_attrs = {"rocdl.waves_per_eu": str(cfg.waves_per_eu)} if cfg.waves_per_eu else None
+    value_attrs = waves_per_eu_attrs(cfg.waves_per_eu)
 
     @flyc.jit
     def launch(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor, M: fx.Int32,
@@ -281,6 +278,10 @@ def make_launcher(N: int, K: int, cfg: Config, arch: str):
         kernel(C, A, B, SA, SB, M, value_attrs=value_attrs).launch(grid=(grid, 1, 1), block=(NTHREADS, 1, 1), stream=stream)
 
     return launch
+
+
+# The prepared tensors a launch reads, in launcher order (shared with the 8-wave core).
+RUN_PREP_KEYS = ("a", "b_shuf", "a_scale_t", "b_scale")
 
 
 def _placeholders(M: int, N: int, K: int):
@@ -298,35 +299,35 @@ def _placeholders(M: int, N: int, K: int):
     )
 
 
-def _dims(shape: dict) -> tuple[int, int, int]:
+def _resolve(config_cls: Any, shape: dict, config: dict | None) -> tuple[int, int, int, Any]:
+    """``M, N, K`` and the checked config of a block-scale FlyDSL core (4-wave or 8-wave)."""
     from . import problem
 
-    return problem.check_shape(shape)
+    M, N, K = problem.check_shape(shape)
+    cfg = config_cls.from_dict(config)
+    cfg.check(M, N, K)
+    return M, N, K, cfg
+
+
+def _compile_core(config_cls: Any, make: Any, kernel_name: Any, shape: dict, config: dict | None, arch: str) -> dict:
+    """``compile_only`` for a block-scale core given its Config, ``make_launcher`` and ``_kernel_name``."""
+    from skillrun_kernels._flydsl.runtime import compile_stream_launcher
+
+    M, N, K, cfg = _resolve(config_cls, shape, config)
+    return compile_stream_launcher(lambda: make(N, K, cfg, arch), lambda: _placeholders(M, N, K), arch=arch,
+                                   tag=kernel_name(cfg, N, K, arch), describe={"config": asdict(cfg), "shape": dict(shape)})
 
 
 def compile_only(shape: dict, config: dict, arch: str) -> dict:
     """Compile for ``arch`` on this machine (no GPU) and return the compiled facts (see kernels/_flydsl)."""
-    from skillrun_kernels._flydsl.runtime import compile_only as _compile_only
-
-    M, N, K = _dims(shape)
-    cfg = Config.from_dict(config)
-    cfg.check(M, N, K)
-
-    def make():
-        import flydsl.expr as fx
-
-        return make_launcher(N, K, cfg, arch), (*_placeholders(M, N, K), fx.Stream(None))
-
-    return _compile_only(make, arch=arch, tag=_kernel_name(cfg, N, K, arch), describe={"config": asdict(cfg), "shape": dict(shape)})
+    return _compile_core(Config, make_launcher, _kernel_name, shape, config, arch)
 
 
 def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     """Compile on the first ``run`` with real HIP tensors (FlyDSL runtime, current stream), then fast path."""
     from skillrun_kernels._flydsl.runtime import DeviceLaunch, require_rocm
 
-    M, N, K = _dims(shape)
-    cfg = Config.from_dict(config)
-    cfg.check(M, N, K)
+    M, N, K, cfg = _resolve(Config, shape, config)
     arch = require_rocm("flydsl_4wave")
     if not (arch.startswith("gfx950") or arch.startswith("gfx942")):
         raise UnsupportedShape(f"flydsl_4wave targets gfx950/gfx942, not {arch}")
@@ -335,15 +336,9 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     def prepare(inputs: dict) -> Any:
         return L.prepare(inputs)
 
-    def run(prep: dict, out: Any) -> Any:
-        import torch
-
-        launch(out.view(-1), prep["a"], prep["b_shuf"], prep["a_scale_t"], prep["b_scale"], M, torch.cuda.current_stream())
-        return out
-
     return KernelLaunch(
         name=f"flydsl_4wave[{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k},wpe{cfg.waves_per_eu},xcd{cfg.xcd_swizzle}]",
-        run=run,
+        run=flat_out_run(launch, RUN_PREP_KEYS, M),
         prepare=prepare,
         expect_kernels=KERNEL_PREFIX,
         describe={"backend": "flydsl", "arch": arch, "config": asdict(cfg)},

@@ -32,8 +32,8 @@ Nothing here has run on a GPU (this project has no AMD device): only compile fac
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from skillrun_kernels._flydsl.runtime import config_from_dict, flat_out_run, waves_per_eu_attrs
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import layout as L
@@ -54,10 +54,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, config: dict | None) -> "Config":
-        config = dict(config or {})
-        unknown = sorted(set(config) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"flydsl_8wave: unknown config keys {unknown}; known: {sorted(cls.__dataclass_fields__)}")
+        return config_from_dict(cls, config, "flydsl_8wave")
         return cls(**config)
 
     def check(self, M: int, N: int, K: int) -> None:
@@ -232,7 +229,7 @@ def make_launcher(N: int, K: int, cfg: Config, arch: str):
         raise UnsupportedShape(f"the 8-wave core uses gfx950's 16x16x128 fp8 MFMA; {arch} is not supported")
     g = _geometry(N, K, cfg, arch)
     bm, grid_n = g["bm"], g["grid_n"]
-    value_attrs = {"rocdl.waves_per_eu": str(cfg.waves_per_eu)} if cfg.waves_per_eu else None
+    value_attrs = waves_per_eu_attrs(cfg.waves_per_eu)
 
     @flyc.kernel(name=_kernel_name(cfg, N, K, arch))
     def kernel(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor, M: fx.Int32):
@@ -247,47 +244,24 @@ def make_launcher(N: int, K: int, cfg: Config, arch: str):
     return launch
 
 
-def _dims(shape: dict) -> tuple[int, int, int]:
-    from . import problem
-
-    return problem.check_shape(shape)
-
-
 def compile_only(shape: dict, config: dict, arch: str) -> dict:
-    from skillrun_kernels._flydsl.runtime import compile_only as _compile_only
+    from .flydsl_4wave import _compile_core
 
-    from .flydsl_4wave import _placeholders
-
-    M, N, K = _dims(shape)
-    cfg = Config.from_dict(config)
-    cfg.check(M, N, K)
-
-    def make():
-        import flydsl.expr as fx
-
-        return make_launcher(N, K, cfg, arch), (*_placeholders(M, N, K), fx.Stream(None))
-
-    return _compile_only(make, arch=arch, tag=_kernel_name(cfg, N, K, arch), describe={"config": asdict(cfg), "shape": dict(shape)})
+    return _compile_core(Config, make_launcher, _kernel_name, shape, config, arch)
 
 
 def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     from skillrun_kernels._flydsl.runtime import DeviceLaunch, require_rocm
 
-    M, N, K = _dims(shape)
-    cfg = Config.from_dict(config)
-    cfg.check(M, N, K)
+    from .flydsl_4wave import RUN_PREP_KEYS, _resolve
+
+    M, N, K, cfg = _resolve(Config, shape, config)
     arch = require_rocm("flydsl_8wave")
     launch = DeviceLaunch(make_launcher(N, K, cfg, arch))
 
-    def run(prep: dict, out: Any) -> Any:
-        import torch
-
-        launch(out.view(-1), prep["a"], prep["b_shuf"], prep["a_scale_t"], prep["b_scale"], M, torch.cuda.current_stream())
-        return out
-
     return KernelLaunch(
         name=f"flydsl_8wave[{cfg.block_m}x{cfg.block_n},{cfg.schedule}]",
-        run=run,
+        run=flat_out_run(launch, RUN_PREP_KEYS, M),
         prepare=L.prepare,
         expect_kernels=KERNEL_PREFIX,
         describe={"backend": "flydsl", "arch": arch, "config": asdict(cfg)},

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from skillrun_kernels._flydsl.runtime import flat_out_run, waves_per_eu_attrs
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import layout as L
@@ -256,7 +257,7 @@ def make_launcher(N: int, K: int, cfg: Config, arch: str):
 
     g = _geometry(N, K, cfg, arch)
     tm, grid_n = g["tm"], g["grid_n"]
-    value_attrs = {"rocdl.waves_per_eu": str(cfg.waves_per_eu)} if cfg.waves_per_eu else None
+    value_attrs = waves_per_eu_attrs(cfg.waves_per_eu)
 
     @flyc.kernel(name=_kernel_name(cfg, N, K, arch))
     def kernel(C: fx.Tensor, X: fx.Tensor, W: fx.Tensor, XS: fx.Tensor, WS: fx.Tensor, M: fx.Int32):
@@ -278,28 +279,27 @@ def _dims(shape: dict) -> tuple[int, int, int, int]:
 
 
 def compile_only(shape: dict, config: dict, arch: str) -> dict:
-    from skillrun_kernels._flydsl.runtime import compile_only as _compile_only
+    from skillrun_kernels._flydsl.runtime import compile_stream_launcher
 
     B, M, N, K = _dims(shape)
     cfg = resolve_config(B, M, N, K, config)
 
-    def make():
-        import flydsl.expr as fx
+    def placeholders() -> tuple:
         import torch
 
         n16 = -(-N // 16) * 16
         meta = "meta"
-        args = (
+        return (
             torch.empty(B * M * N, dtype=torch.bfloat16, device=meta),
             torch.empty(B * M * K, dtype=torch.uint8, device=meta),
             torch.empty(B * n16 * K, dtype=torch.uint8, device=meta),
             torch.empty(B * M, dtype=torch.float32, device=meta),
             torch.empty(B * N, dtype=torch.float32, device=meta),
-            M, B, fx.Stream(None),
+            M, B,
         )
-        return make_launcher(N, K, cfg, arch), args
 
-    return _compile_only(make, arch=arch, tag=_kernel_name(cfg, N, K, arch), describe={"config": asdict(cfg), "shape": dict(shape)})
+    return compile_stream_launcher(lambda: make_launcher(N, K, cfg, arch), placeholders, arch=arch,
+                                   tag=_kernel_name(cfg, N, K, arch), describe={"config": asdict(cfg), "shape": dict(shape)})
 
 
 def build(shape: dict, config: dict, device: str) -> KernelLaunch:
@@ -313,15 +313,9 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         raise UnsupportedShape(f"flydsl_gfx950 targets gfx950 (and gfx942), not {arch}")
     launch = DeviceLaunch(make_launcher(N, K, cfg, arch))
 
-    def run(prep: dict, out: Any) -> Any:
-        import torch
-
-        launch(out.view(-1), prep["xq"], prep["wq_shuf"], prep["x_scale"], prep["w_scale"], M, B, torch.cuda.current_stream())
-        return out
-
     return KernelLaunch(
         name=f"flydsl_rowwise_batched[{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k},xcd{cfg.xcd_swizzle},wpe{cfg.waves_per_eu}]",
-        run=run,
+        run=flat_out_run(launch, ("xq", "wq_shuf", "x_scale", "w_scale"), M, B),
         prepare=L.prepare,
         expect_kernels=KERNEL_PREFIX,
         describe={"backend": "flydsl", "arch": arch, "config": asdict(cfg), "grid_z_batches": B},
