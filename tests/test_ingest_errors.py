@@ -171,3 +171,23 @@ def test_fuzz_seeds_are_valid_traces(seed, tmp_path):
     assert prof.kernels and prof.kernel_calls > 0
     if seed == "nsys_db":
         assert prof.arch == "sm_90" and prof.kernels[0].total_us == pytest.approx(251.328)
+
+
+def test_sqlite_with_non_utf8_schema_is_one_input_error(tmp_path):
+    """Regression (found by the fuzz test on a clean clone): SQLite's error text quoted non-UTF-8
+    bytes of a damaged schema and Python's decode of that message escaped as a traceback."""
+    import sqlite3
+
+    from skillrun.errors import InputError
+    from skillrun.ingest import ingest
+
+    db = tmp_path / "damaged.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE zzzz (x)")
+    con.commit()
+    con.close()
+    # A non-UTF-8 table name in a schema SQLite cannot parse: its error message quotes the name.
+    db.write_bytes(db.read_bytes().replace(b"zzzz", b"zz\x80z").replace(b"(x)", b"(x("))
+    with pytest.raises(InputError) as err:
+        ingest(db)
+    assert str(db) in str(err.value)

@@ -19,8 +19,9 @@ def connect(path: Path) -> sqlite3.Connection:
         con.text_factory = _text
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return con
-    except sqlite3.Error as exc:
-        raise InputError(f"SQLite file cannot be read ({exc})", path=str(path)) from None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        # SQLite's own error text can quote non-UTF-8 bytes of a damaged schema; Python fails decoding it.
+        raise InputError(f"SQLite file cannot be read ({type(exc).__name__}: {str(exc)[:120]})", path=str(path)) from None
 
 
 def names(con: sqlite3.Connection) -> dict[str, str]:

@@ -81,8 +81,9 @@ def sqlite_tables(path: Path) -> set[str]:
             rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         finally:
             con.close()
-    except sqlite3.Error as exc:
-        raise InputError(f"SQLite file cannot be read ({exc})", path=str(path)) from None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        # SQLite's own error text can quote non-UTF-8 bytes of a damaged schema; Python fails decoding it.
+        raise InputError(f"SQLite file cannot be read ({type(exc).__name__}: {str(exc)[:120]})", path=str(path)) from None
     return {r[0] for r in rows}
 
 
