@@ -61,6 +61,21 @@ def config_from_dict(cls: type[ConfigT], config: dict | None, owner: str) -> Con
     return cls(**config)
 
 
+def check_mfma_tiles(tm: int, tn: int, tk: int, K: int, *, waves: int, nthreads: int, k_step: int = 128) -> None:
+    """The tile rules of the 16x16 MFMA GEMM cores whose waves split N: 16-row M steps, 16 columns
+    per wave, whole 128-K steps that divide K, and an A tile copied 16 bytes per thread per step."""
+    from skillrun_kernels.protocol import UnsupportedShape
+
+    if tm % 16 or tm < 16:
+        raise UnsupportedShape(f"tile_m={tm} must be a positive multiple of 16")
+    if tn % (16 * waves):
+        raise UnsupportedShape(f"tile_n={tn} must be a multiple of {16 * waves} ({waves} waves x 16 columns)")
+    if tk % k_step or K % tk:
+        raise UnsupportedShape(f"tile_k={tk} must be a multiple of {k_step} that divides K={K}")
+    if (tm * tk) % (16 * nthreads):
+        raise UnsupportedShape(f"tile_m*tile_k={tm * tk} must be a multiple of {16 * nthreads} (16 B per thread per copy step)")
+
+
 def waves_per_eu_attrs(waves_per_eu: int) -> dict[str, str] | None:
     """Kernel attributes for a waves-per-EU occupancy hint; 0 means no hint (LLVM's default)."""
     return {"rocdl.waves_per_eu": str(waves_per_eu)} if waves_per_eu else None

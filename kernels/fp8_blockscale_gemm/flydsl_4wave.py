@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skillrun_kernels._flydsl.runtime import config_from_dict, flat_out_run, waves_per_eu_attrs
+from skillrun_kernels._flydsl.runtime import check_mfma_tiles, config_from_dict, flat_out_run, waves_per_eu_attrs
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import layout as L
@@ -57,15 +57,8 @@ class Config:
         return config_from_dict(cls, config, "flydsl_4wave")
 
     def check(self, M: int, N: int, K: int) -> None:
-        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
-        if tm % 16 or tm < 16:
-            raise UnsupportedShape(f"tile_m={tm} must be a positive multiple of 16")
-        if tn % (16 * WAVES):
-            raise UnsupportedShape(f"tile_n={tn} must be a multiple of {16 * WAVES} (4 waves x 16 columns)")
-        if tk % L.BLOCK_K or K % tk:
-            raise UnsupportedShape(f"tile_k={tk} must be a multiple of 128 that divides K={K}")
-        if (tm * tk) % (16 * NTHREADS):
-            raise UnsupportedShape(f"tile_m*tile_k={tm * tk} must be a multiple of {16 * NTHREADS} (16 B per thread per copy step)")
+        tm, tn = self.tile_m, self.tile_n
+        check_mfma_tiles(tm, tn, self.tile_k, K, waves=WAVES, nthreads=NTHREADS, k_step=L.BLOCK_K)
         if (tm * tn * 2) % (16 * NTHREADS):
             raise UnsupportedShape(f"tile_m*tile_n*2={tm * tn * 2} must be a multiple of {16 * NTHREADS} (epilogue copy)")
         if M * K >= 2**31 or M * N * 2 >= 2**31:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skillrun_kernels._flydsl.runtime import flat_out_run, waves_per_eu_attrs
+from skillrun_kernels._flydsl.runtime import check_mfma_tiles, flat_out_run, waves_per_eu_attrs
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import layout as L
@@ -56,15 +56,7 @@ class Config:
     waves_per_eu: int = 2
 
     def check(self, B: int, M: int, N: int, K: int) -> None:
-        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
-        if tm % 16 or tm < 16:
-            raise UnsupportedShape(f"tile_m={tm} must be a positive multiple of 16")
-        if tn % (16 * WAVES):
-            raise UnsupportedShape(f"tile_n={tn} must be a multiple of {16 * WAVES}")
-        if tk % L.K_STEP or K % tk:
-            raise UnsupportedShape(f"tile_k={tk} must be a multiple of 128 dividing K={K}")
-        if (tm * tk) % (16 * NTHREADS):
-            raise UnsupportedShape(f"tile_m*tile_k={tm * tk} must be a multiple of 4096 (16 B per thread per copy step)")
+        check_mfma_tiles(self.tile_m, self.tile_n, self.tile_k, K, waves=WAVES, nthreads=NTHREADS, k_step=L.K_STEP)
         if M * K >= 2**31 or M * N * 2 >= 2**31 or -(-N // 16) * 16 * K >= 2**31:
             raise UnsupportedShape("one batch's operand exceeds 2 GiB (32-bit buffer offsets)")
         if self.xcd_swizzle < 0 or self.waves_per_eu < 0:
