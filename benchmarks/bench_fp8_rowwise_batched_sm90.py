@@ -10,7 +10,6 @@ call, medians; eager and CUDA-graph views). Speedup = baseline time / port time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -82,12 +81,7 @@ def precompile(shapes: list[dict], jobs: int) -> list[str]:
             t = (cfg, m, shape["N"], shape["K"])
             if t not in tasks:
                 tasks.append(t)
-    if jobs <= 1:
-        return [r for r in map(_compile_task, tasks) if r != "ok"]
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(jobs) as pool:
-        return [r for r in pool.map(_compile_task, tasks, chunksize=1) if r != "ok"]
+    return tm.run_compile_tasks(_compile_task, tasks, jobs)
 
 
 def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
@@ -168,23 +162,14 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, abl
     if "port" in graph:
         graph["port_again"] = graph["port"]  # A/A: the noise floor of this shape
     for mode, fns in (("eager_ms", eager), ("graph_ms", graph)):
-        times = tm.time_interleaved(fns, reps=reps, warmup=2, flush=flush)
-        for name, ts in times.items():
-            tgt = res["impls"].setdefault(name, {})
-            tgt[mode] = tm.median(ts)
-            tgt[mode.replace("_ms", "_spread_pct")] = tm.spread_pct(ts)
+        tm.record_times(res["impls"], mode, tm.time_interleaved(fns, reps=reps, warmup=2, flush=flush))
     fl = problem.flops(shape)
     for name, row in res["impls"].items():
         for mode in ("eager_ms", "graph_ms"):
             if row.get(mode):
                 row[mode.replace("_ms", "_tflops")] = fl / (row[mode] * 1e-3) / 1e12
                 row[mode.replace("_ms", "_tbps")] = problem.min_bytes(shape) / (row[mode] * 1e-3) / 1e12
-    p = res["impls"].get("port", {})
-    for base in ("scaled_mm_loop", "scaled_grouped_mm"):
-        b = res["impls"].get(base, {})
-        for mode in ("eager_ms", "graph_ms"):
-            if p.get(mode) and b.get(mode):
-                res.setdefault("speedup", {})[f"{base}_{mode[:-3]}"] = b[mode] / p[mode]
+    tm.add_speedups(res, ("scaled_mm_loop", "scaled_grouped_mm"))
     return res
 
 
@@ -251,15 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         print("needs a CUDA device", file=sys.stderr)
         return 5
     t0 = time.perf_counter()
-    result: dict = {"device": "cpu (dry run)" if args.dry_run_cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
-                    "triton": __import__("triton").__version__, "commit": os.environ.get("GIT_COMMIT", "unknown")}
+    result: dict = tm.run_header(args.dry_run_cpu)
     flush = tm.L2Flush()
     chosen: dict[str, dict] = {}
     if args.sweep:
-        tc = time.perf_counter()
-        result["compile_failures"] = precompile(shapes, args.jobs)
-        result["precompile_s"] = time.perf_counter() - tc
-        print(f"precompiled in {result['precompile_s']:.1f}s; failures: {result['compile_failures']}", flush=True)
+        tm.timed_precompile(result, lambda: precompile(shapes, args.jobs))
         result["sweep"] = []
         for shape in shapes:
             if time.perf_counter() - t0 > args.budget_s:
@@ -271,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             tops = sorted(((r.get("graph_ms", 1e9), k) for k, r in sw["candidates"].items()), key=lambda x: x[0])[:3]
             print(f"sweep M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: " +
                   ", ".join(f"{k} {ms * 1000:.1f}us" for ms, k in tops), flush=True)
-            if args.out:
-                args.out.write_text(json.dumps(result, indent=1, default=str))
+            tm.save_json(args.out, result)
     rows = []
     for shape in shapes:
         if time.perf_counter() - t0 > args.budget_s:
@@ -281,14 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = chosen.get(f"{shape['M']},{shape['N']},{shape['K']}")
         rows.append(table_shape(shape, cfg, flush, args.reps, args.acc_ablation))
         result["table"] = rows
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1, default=str))
+        tm.save_json(args.out, result)
     print_table(rows)
     if args.acc_ablation:
         print_ablation(rows)
     result["elapsed_s"] = time.perf_counter() - t0
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+    tm.save_json(args.out, result)
     return 0
 
 

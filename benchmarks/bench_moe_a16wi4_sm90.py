@@ -11,7 +11,6 @@ eager view, plus CUDA-graph replay for the paths that never wait on the host).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -105,12 +104,7 @@ def precompile(shapes: list[dict], jobs: int) -> list[str]:
                 t = (bm, cl["s1"][j % len(cl["s1"])], cl["s2"][j % len(cl["s2"])], shape["inter_dim"], shape["group_size"])
                 if t not in tasks:
                     tasks.append(t)
-    if jobs <= 1:
-        return [r for r in map(_compile_task, tasks) if r != "ok"]
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(jobs) as pool:
-        return [r for r in pool.map(_compile_task, tasks, chunksize=1) if r != "ok"]
+    return tm.run_compile_tasks(_compile_task, tasks, jobs)
 
 
 def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
@@ -215,10 +209,7 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, wit
     if "port" in graph:
         graph["port_again"] = graph["port"]  # A/A noise floor
     for mode, fns in (("eager_ms", eager), ("graph_ms", graph)):
-        for name, ts in tm.time_interleaved(fns, reps=reps, warmup=2, flush=flush, budget_s=20).items():
-            tgt = res["impls"].setdefault(name, {})
-            tgt[mode] = tm.median(ts)
-            tgt[mode.replace("_ms", "_spread_pct")] = tm.spread_pct(ts)
+        tm.record_times(res["impls"], mode, tm.time_interleaved(fns, reps=reps, warmup=2, flush=flush, budget_s=20))
     int4_bytes = problem.min_bytes(shape, active_experts=active)
     bf16_bytes = active * 3 * i * d * 2 + 4 * t * d
     fl = problem.flops(shape)
@@ -230,10 +221,8 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, wit
                 row[mode.replace("_ms", "_tflops")] = fl / (row[mode] * 1e-3) / 1e12
     p = res["impls"].get("port", {})
     for base in ("dequant_grouped_bf16", "bf16_grouped_predequant", "per_expert_loop_bf16"):
+        tm.add_speedups(res, (base,))
         b = res["impls"].get(base, {})
-        for mode in ("eager_ms", "graph_ms"):
-            if p.get(mode) and b.get(mode):
-                res.setdefault("speedup", {})[f"{base}_{mode[:-3]}"] = b[mode] / p[mode]
         if p.get("graph_ms") and b.get("eager_ms") and not b.get("graph_ms"):
             res.setdefault("speedup", {})[f"{base}_eager_vs_port_graph"] = b["eager_ms"] / p["graph_ms"]
     return res
@@ -296,15 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         print("needs a CUDA device", file=sys.stderr)
         return 5
     t0 = time.perf_counter()
-    result: dict = {"device": "cpu (dry run)" if args.dry_run_cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
-                    "triton": __import__("triton").__version__, "commit": os.environ.get("GIT_COMMIT", "unknown")}
+    result: dict = tm.run_header(args.dry_run_cpu)
     flush = tm.L2Flush(DEV)
     chosen: dict[tuple, dict] = {}
     if args.sweep:
-        tc = time.perf_counter()
-        result["compile_failures"] = precompile(sweep_shapes, args.jobs)
-        result["precompile_s"] = time.perf_counter() - tc
-        print(f"precompiled in {result['precompile_s']:.1f}s; failures: {result['compile_failures']}", flush=True)
+        tm.timed_precompile(result, lambda: precompile(sweep_shapes, args.jobs))
         result["sweep"] = []
         for shape in sweep_shapes:
             if time.perf_counter() - t0 > args.budget_s * 0.6:
@@ -322,8 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sweep E={shape['experts']} I={shape['inter_dim']} T={shape['tokens']}: " +
                   "; ".join(f"bm{b}: {v['stage1']} + {v['stage2']} = {v['sum_ms'] * 1000:.1f}us" for b, v in pb.items()) +
                   f" | e2e rel err {sw['best_parity']['rel_fro']:.1e}", flush=True)
-            if args.out:
-                args.out.write_text(json.dumps(result, indent=1, default=str))
+            tm.save_json(args.out, result)
     rows = []
     for shape in shapes:
         if time.perf_counter() - t0 > args.budget_s:
@@ -337,12 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"shape": shape, "error": f"{type(exc).__name__}: {str(exc)[:400]}", "impls": {}, "active_experts": -1})
         torch.cuda.empty_cache() if DEV == "cuda" else None
         result["table"] = rows
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1, default=str))
+        tm.save_json(args.out, result)
     print_table(rows)
     result["elapsed_s"] = time.perf_counter() - t0
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+    tm.save_json(args.out, result)
     return 0
 
 

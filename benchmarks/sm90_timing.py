@@ -179,3 +179,57 @@ def kernel_names(fn: Callable[[], Any]) -> dict[str, int]:
 
 def fmt_us(ms: float) -> str:
     return "-" if ms is None or math.isnan(ms) else f"{ms * 1000:.1f}"
+
+
+def run_compile_tasks(compile_task: Callable[[Any], str], tasks: list, jobs: int) -> list[str]:
+    """Run ``compile_task`` over ``tasks`` (in ``jobs`` spawned processes when ``jobs > 1``) and
+    return the failures: every result that is not ``"ok"``. ``compile_task`` must be a module-level
+    function so a spawned worker can import it."""
+    if jobs <= 1:
+        return [r for r in map(compile_task, tasks) if r != "ok"]
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        return [r for r in pool.map(compile_task, tasks, chunksize=1) if r != "ok"]
+
+
+def record_times(impls: dict[str, dict], mode: str, times: dict[str, list[float]]) -> None:
+    """Store each candidate's median (``mode``, e.g. ``graph_ms``) and its spread under ``impls``."""
+    for name, ts in times.items():
+        tgt = impls.setdefault(name, {})
+        tgt[mode] = median(ts)
+        tgt[mode.replace("_ms", "_spread_pct")] = spread_pct(ts)
+
+
+def add_speedups(res: dict, bases: tuple[str, ...]) -> None:
+    """``res["speedup"][f"{base}_{eager|graph}"]``: each baseline's time over the port's, where both ran."""
+    p = res["impls"].get("port", {})
+    for base in bases:
+        b = res["impls"].get(base, {})
+        for mode in ("eager_ms", "graph_ms"):
+            if p.get(mode) and b.get(mode):
+                res.setdefault("speedup", {})[f"{base}_{mode[:-3]}"] = b[mode] / p[mode]
+
+
+def run_header(dry_run_cpu: bool) -> dict[str, Any]:
+    """The versions and commit a results JSON starts with."""
+    import os
+
+    return {"device": "cpu (dry run)" if dry_run_cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "commit": os.environ.get("GIT_COMMIT", "unknown")}
+
+
+def save_json(path: Any, result: dict) -> None:
+    """Write ``result`` to ``path`` (a ``Path`` or None: nothing is written)."""
+    if path:
+        import json
+
+        path.write_text(json.dumps(result, indent=1, default=str))
+
+
+def timed_precompile(result: dict, compile_all: Callable[[], list[str]]) -> None:
+    """Run ``compile_all()``; record its failures and wall time in ``result`` and print them."""
+    tc = time.perf_counter()
+    result["compile_failures"] = compile_all()
+    result["precompile_s"] = time.perf_counter() - tc
+    print(f"precompiled in {result['precompile_s']:.1f}s; failures: {result['compile_failures']}", flush=True)
