@@ -42,6 +42,8 @@ def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, i
     sel = select_recipe(card, shape, facts, arch)
     r = sel.recipe
     speed = r.expected_speedup or card.data["expects"]["isolated_speedup_min"]
+    if speed < 1.0:
+        notes.append(f"the card expects {speed:.2f}x here: keep the baseline for this shape unless a run says otherwise")
     if sel.untuned:
         notes.append("UNTUNED: no recipe's shape class covers this shape; using the card default (" + "; ".join(sel.reasons) + ")")
     return PlanItem(
