@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Callable, Optional, TypeVar
 
 from ..errors import InputError
+
+T = TypeVar("T")
 
 
 def _text(raw: bytes) -> str:
@@ -22,6 +25,17 @@ def connect(path: Path) -> sqlite3.Connection:
     except (sqlite3.Error, UnicodeDecodeError) as exc:
         # SQLite's own error text can quote non-UTF-8 bytes of a damaged schema; Python fails decoding it.
         raise InputError(f"SQLite file cannot be read ({type(exc).__name__}: {str(exc)[:120]})", path=str(path)) from None
+
+
+def read(path: Path, kind: str, reader: Callable[[sqlite3.Connection, Path, Optional[str]], T], arch: Optional[str]) -> T:
+    """Open read-only, run ``reader``, always close; any SQLite failure is one InputError naming the file."""
+    con = connect(path)
+    try:
+        return reader(con, path, arch)
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise InputError(f"unexpected {kind} SQLite schema ({type(exc).__name__}: {str(exc)[:120]})", path=str(path)) from None
+    finally:
+        con.close()
 
 
 def names(con: sqlite3.Connection) -> dict[str, str]:

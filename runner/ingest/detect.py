@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError
-from . import _io
+from . import _io, _sqlite
 from ._jsonhead import BadJSON, walk_stream
 
 KINETO = "kineto_json"
@@ -74,17 +74,13 @@ def find_csv_header(text: str, max_lines: int = 2000) -> tuple[Optional[str], in
 
 
 def sqlite_tables(path: Path) -> set[str]:
+    con = _sqlite.connect(path)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")  # damaged files: never raise on decode
-        try:
-            rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
-        finally:
-            con.close()
+        return set(_sqlite.names(con).values())
     except (sqlite3.Error, UnicodeDecodeError) as exc:
-        # SQLite's own error text can quote non-UTF-8 bytes of a damaged schema; Python fails decoding it.
         raise InputError(f"SQLite file cannot be read ({type(exc).__name__}: {str(exc)[:120]})", path=str(path)) from None
-    return {r[0] for r in rows}
+    finally:
+        con.close()
 
 
 def sqlite_format(path: Path) -> str:

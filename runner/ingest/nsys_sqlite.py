@@ -21,13 +21,7 @@ FORMAT = "nsys_sqlite"
 
 def ingest_nsys_sqlite(path: Path, arch: Optional[str] = None,
                        progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    con = _sqlite.connect(path)
-    try:
-        return _read(con, path, arch)
-    except sqlite3.Error as exc:
-        raise InputError(f"unexpected nsys SQLite schema ({exc})", path=str(path)) from None
-    finally:
-        con.close()
+    return _sqlite.read(path, "nsys", _read, arch)
 
 
 def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:

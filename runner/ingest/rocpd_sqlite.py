@@ -34,13 +34,7 @@ def _family(tables: dict[str, str], base: str) -> list[tuple[str, str]]:
 
 def ingest_rocpd_sqlite(path: Path, arch: Optional[str] = None,
                         progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    con = _sqlite.connect(path)
-    try:
-        return _read(con, path, arch)
-    except sqlite3.Error as exc:
-        raise InputError(f"unexpected rocpd SQLite schema ({exc})", path=str(path)) from None
-    finally:
-        con.close()
+    return _sqlite.read(path, "rocpd", _read, arch)
 
 
 def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
