@@ -177,6 +177,29 @@ def default_config(shape: dict) -> Config:
     return Config()
 
 
+# The design point and one-knob ablations of it (the issue's list), by name. The compile check,
+# the tests and the benchmark all read this table; ratios are always taken against "design" in
+# the same session. Compile-only facts for each are in kernels/fp8_blockscale_gemm/results/.
+ABLATIONS: dict[str, dict] = {
+    "design": {},                                                   # 128x128, 2 consumer WGs, depth 1, 5 stages
+    "no_promote": {"promote": False},                               # ceiling twin (scales ignored)
+    "no_promote_depth0": {"promote": False, "async_depth": 0},
+    "one_consumer": {"consumers": 1},                               # 64x128 tile, one consumer WG
+    "async_depth_0": {"async_depth": 0},                            # promote only after each block's wgmma drained
+    "stages_3": {"stages": 3},
+    "stages_4": {"stages": 4},
+    "tile_128x256": {"BN": 256, "async_depth": 0, "stages": 3},     # two 128-wide partials, one live at a time
+    "tile_128x256_no_promote": {"BN": 256, "promote": False, "stages": 3},
+    "tile_128x64": {"BN": 64, "stages": 6},
+}
+
+
+def ablation_config(name: str) -> Config:
+    if name not in ABLATIONS:
+        raise ValueError(f"gluon_sm90: unknown ablation {name!r} (known: {sorted(ABLATIONS)})")
+    return Config.from_dict(ABLATIONS[name])
+
+
 def check_problem(shape: dict) -> tuple[int, int, int]:
     """(M, N, K) this kernel supports, or UnsupportedShape naming the reason."""
     M, N, K = problem.check_shape(shape)
@@ -646,6 +669,30 @@ def _overlap_facts(ptx: str) -> dict:
     }
 
 
+def sass_overlap(sass: str) -> dict:
+    """The same question asked of ptxas's final schedule: FFMAs issued while a QGMMA group is
+    pending (a group closes at the QGMMA carrying ``gsb0``; ``WARPGROUP.DEPBAR.LE gsb0, N`` waits
+    until N remain). If ptxas had serialised the wgmma it would wait to 0 after every group and
+    this count would be 0."""
+    import re
+
+    pending = 0
+    ffma = 0
+    waits: dict[int, int] = {}
+    for line in sass.splitlines():
+        if "QGMMA" in line and "gsb0" in line:
+            pending += 1
+            continue
+        m = re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", line)
+        if m:
+            n = int(m.group(1), 16)
+            waits[n] = waits.get(n, 0) + 1
+            pending = min(pending, n)
+        elif pending and re.search(r"\bFFMA\b", line):
+            ffma += 1
+    return {"sass_ffma_while_qgmma_pending": ffma, "sass_depbar": dict(sorted(waits.items()))}
+
+
 def compile_only(shape: dict | None = None, config: dict | None = None, arch: str = "sm_90a") -> dict:
     """Compile one variant for sm_90a on this machine (no GPU needed) and return its static facts:
     registers (per partition where ptxas reports them), spills, shared memory, wgmma counts, the
@@ -714,6 +761,7 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
             facts["sass_local_ld_st"] = len(re.findall(r"\b(LDL|STL)\b", sass))
             facts["sass_setmaxnreg"] = sorted(set(re.findall(r"USETMAXREG\S*\s+[^;]*", sass)))
             facts["sass_ffma"] = len(re.findall(r"\bFFMA\b", sass))
+            facts.update(sass_overlap(sass))
             facts["sass_utmaldg"] = len(re.findall(r"\bUTMALDG\b", sass))
             facts["sass_utmastg"] = len(re.findall(r"\bUTMASTG\b", sass))
         except (OSError, subprocess.SubprocessError) as exc:  # tools missing: report what we have
