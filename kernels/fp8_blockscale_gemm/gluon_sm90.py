@@ -690,7 +690,7 @@ def sass_overlap(sass: str) -> dict:
             pending = min(pending, n)
         elif pending and re.search(r"\bFFMA\b", line):
             ffma += 1
-    return {"sass_ffma_while_qgmma_pending": ffma, "sass_depbar": dict(sorted(waits.items()))}
+    return {"sass_ffma_while_qgmma_pending": ffma, "sass_depbar": {str(k): v for k, v in sorted(waits.items())}}
 
 
 def compile_only(shape: dict | None = None, config: dict | None = None, arch: str = "sm_90a") -> dict:
