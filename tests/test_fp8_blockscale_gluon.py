@@ -50,6 +50,7 @@ def test_every_ablation_is_a_valid_config_and_differs_from_the_design_in_its_nam
     ({"consumer_regs": 200}, "needs about"),  # 64 acc + 2 x 64 partials + addressing
     ({"consumer_regs": 256}, "leaves the producer"),
     ({"ctas_per_sm": 2}, "ctas_per_sm"),
+    ({"a_scales": "smem"}, "a_scales='smem'"),
 ])
 def test_bad_configs_are_rejected_with_the_reason(knobs, needle):
     with pytest.raises(ValueError, match="gluon_sm90 config") as err:
@@ -62,6 +63,8 @@ def test_unknown_or_mistyped_config_keys_are_named():
         g.Config.from_dict({"BM": 128})
     with pytest.raises(ValueError, match="stages='4' must be an integer"):
         g.Config.from_dict({"stages": "4"})
+    with pytest.raises(ValueError, match="a_scales=1 must be a string"):
+        g.Config.from_dict({"a_scales": 1})
     with pytest.raises(ValueError, match="promote=1 must be true or false"):
         g.Config.from_dict({"promote": 1})
     with pytest.raises(ValueError, match="unknown ablation"):

@@ -72,6 +72,7 @@ class Config:
     promote: bool = True  # False: the ceiling twin (no scales, one accumulator chain; wrong numbers)
     consumer_regs: int = 0  # setmaxnreg of each consumer warpgroup; 0 = the default for `consumers`
     ctas_per_sm: int = 1
+    a_scales: str = "tma"  # "tma": A scales ride in the ring slot; "global": consumers load them (ablation)
 
     @property
     def BM(self) -> int:
@@ -110,7 +111,9 @@ class Config:
         if extra:
             raise ValueError(f"gluon_sm90 config: unknown key(s) {sorted(extra)} (known: {sorted(known)})")
         for k, v in d.items():
-            want = bool if k == "promote" else int
+            want = bool if k == "promote" else (str if k == "a_scales" else int)
+            if want is str and not isinstance(v, str):
+                raise ValueError(f"gluon_sm90 config: {k}={v!r} must be a string")
             if want is int and (isinstance(v, bool) or not isinstance(v, int)):
                 raise ValueError(f"gluon_sm90 config: {k}={v!r} must be an integer")
             if want is bool and not isinstance(v, bool):
@@ -119,6 +122,8 @@ class Config:
 
     def check(self) -> None:
         """Reject a config that cannot compile, cannot launch or would spill, with the reason."""
+        if self.a_scales not in ("tma", "global"):
+            raise ValueError(f"gluon_sm90 config: a_scales={self.a_scales!r} must be 'tma' or 'global'")
         if self.consumers not in (1, 2):
             raise ValueError(f"gluon_sm90 config: consumers={self.consumers} must be 1 or 2 (BM = 64 x consumers)")
         if self.BN not in (64, 128, 256):
@@ -191,6 +196,7 @@ ABLATIONS: dict[str, dict] = {
     "tile_128x256": {"BN": 256, "async_depth": 0, "stages": 3},     # two 128-wide partials, one live at a time
     "tile_128x256_no_promote": {"BN": 256, "promote": False, "stages": 3},
     "tile_128x64": {"BN": 64, "stages": 6},
+    "a_scales_global": {"a_scales": "global"},                      # no generic smem read, no proxy fence
 }
 
 
@@ -285,11 +291,12 @@ if GLUON_IMPORT_ERROR is None:
     # ---- producer: the default partition (4 warps; the copy ops are issued by one thread)
     @gluon.jit
     def _producer(a_desc, b_desc, sa_desc, a_ring, b_ring, sa_ring, ready, empty,
-                  M, N, L, GROUP_M, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+                  M, N, L, GROUP_M, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                  SA_TMA: gl.constexpr):
         num_pid_m = gl.cdiv(M, BM)
         num_pid_n = gl.cdiv(N, BN)
         num_tiles = num_pid_m * num_pid_n
-        nbytes: gl.constexpr = (BM * 128 + BN * 128 + 4 * BM)
+        nbytes: gl.constexpr = (BM * 128 + BN * 128 + 4 * BM) if SA_TMA else (BM * 128 + BN * 128)
         slot = 0
         phase = 0
         for tile_id in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
@@ -304,14 +311,22 @@ if GLUON_IMPORT_ERROR is None:
                 mbarrier.expect(bar, nbytes)
                 tma.async_copy_global_to_shared(a_desc, [off_m, kb * 128], bar, a_ring.index(slot))
                 tma.async_copy_global_to_shared(b_desc, [off_n, kb * 128], bar, b_ring.index(slot))
-                tma.async_copy_global_to_shared(sa_desc, [kb, off_m], bar, sa_ring.index(slot))
+                if SA_TMA:
+                    tma.async_copy_global_to_shared(sa_desc, [kb, off_m], bar, sa_ring.index(slot))
                 slot, phase = _advance(slot, phase, STAGES)
 
     # ---- consumer helpers
     @gluon.jit
-    def _sa_rows(sa_ring, slot, WG: gl.constexpr, row_layout: gl.constexpr):
-        # sa[rows of this warpgroup, kb] for the block in ``slot``: it came with the tile (TMA, BM fp32).
-        return sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
+    def _sa_rows(sa_ring, slot, sa_ptr, SA_PITCH, kb, off_m, WG: gl.constexpr, row_layout: gl.constexpr,
+                 SA_TMA: gl.constexpr):
+        # sa[rows of this warpgroup, kb] for the block in ``slot``. SA_TMA: it came with the tile
+        # (TMA, BM fp32 in the slot). Otherwise (the a_scales="global" ablation) two plain loads per
+        # thread from the same (K/128, SA_PITCH) copy; rows past its pitch read 0.
+        if SA_TMA:
+            return sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
+        else:
+            rows = off_m + WG * 64 + gl.arange(0, 64, layout=row_layout)
+            return gl.load(sa_ptr + kb * SA_PITCH + rows, mask=rows < SA_PITCH, other=0.0)
 
     @gluon.jit
     def _pinned(acc):
@@ -322,10 +337,12 @@ if GLUON_IMPORT_ERROR is None:
         return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [acc], dtype=gl.float32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _release(empty, slot):
+    def _release(empty, slot, SA_TMA: gl.constexpr):
         # The A-scale read above was a generic-proxy shared load; the producer's next TMA write to
-        # this slot is an async-proxy write: fence so the two are ordered across the arrive.
-        fence_async_shared()
+        # this slot is an async-proxy write: fence so the two are ordered across the arrive. Without
+        # that read (A scales from global memory) the slot is only read by the wgmma (async proxy).
+        if SA_TMA:
+            fence_async_shared()
         mbarrier.arrive(empty.index(slot), count=1)
 
     @gluon.jit
@@ -338,9 +355,9 @@ if GLUON_IMPORT_ERROR is None:
 
     # ---- consumer, async depth 1: block kb's wgmma in flight while block kb-1 is promoted
     @gluon.jit
-    def _consumer_overlap(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr,
+    def _consumer_overlap(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
                           M, N, L, GROUP_M, WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                          STAGES: gl.constexpr):
+                          STAGES: gl.constexpr, SA_TMA: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
         row_layout: gl.constexpr = gl.SliceLayout(1, mma)
         num_pid_m = gl.cdiv(M, BM)
@@ -363,7 +380,7 @@ if GLUON_IMPORT_ERROR is None:
             # wait for the *previous* block, release the previous slot, load this block's B scale
             # (after the release's fence, so the fence never waits on it), promote the previous block.
             mbarrier.wait(ready.index(slot), phase)
-            sa_a = _sa_rows(sa_ring, slot, WG, row_layout)
+            sa_a = _sa_rows(sa_ring, slot, sa_ptr, SA_PITCH, 0, off_m, WG, row_layout, SA_TMA)
             tok_a = warpgroup_mma(a_ring.index(slot).slice(WG * 64, 64), b_ring.index(slot).permute((1, 0)), p_a,
                                   use_acc=False, is_async=True)
             slot_a = slot
@@ -376,44 +393,44 @@ if GLUON_IMPORT_ERROR is None:
             for j in range((L - 1) // 2):
                 kb = 1 + 2 * j
                 mbarrier.wait(ready.index(slot), phase)
-                sa_b = _sa_rows(sa_ring, slot, WG, row_layout)
+                sa_b = _sa_rows(sa_ring, slot, sa_ptr, SA_PITCH, kb, off_m, WG, row_layout, SA_TMA)
                 tok_b = warpgroup_mma(a_ring.index(slot).slice(WG * 64, 64), b_ring.index(slot).permute((1, 0)),
                                       p_b, use_acc=False, is_async=True)
                 slot_b = slot
                 slot, phase = _advance(slot, phase, STAGES)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))  # block kb-1 done; block kb still running
-                _release(empty, slot_a)
+                _release(empty, slot_a, SA_TMA)
                 sb_b = gl.load(sb_ptr + sb_row + kb)
                 acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
 
                 mbarrier.wait(ready.index(slot), phase)
-                sa_a = _sa_rows(sa_ring, slot, WG, row_layout)
+                sa_a = _sa_rows(sa_ring, slot, sa_ptr, SA_PITCH, kb + 1, off_m, WG, row_layout, SA_TMA)
                 tok_a = warpgroup_mma(a_ring.index(slot).slice(WG * 64, 64), b_ring.index(slot).permute((1, 0)),
                                       p_a, use_acc=False, is_async=True)
                 slot_a = slot
                 slot, phase = _advance(slot, phase, STAGES)
                 p_b = warpgroup_mma_wait(1, deps=(tok_b,))
-                _release(empty, slot_b)
+                _release(empty, slot_b, SA_TMA)
                 sb_a = gl.load(sb_ptr + sb_row + kb + 1)
                 acc = _pinned(gl.fma(p_b, (sa_b * sb_b)[:, None], acc))
             if L % 2 == 0:
                 # One block left (L - 1 is odd): issue it, then drain both.
                 mbarrier.wait(ready.index(slot), phase)
-                sa_b = _sa_rows(sa_ring, slot, WG, row_layout)
+                sa_b = _sa_rows(sa_ring, slot, sa_ptr, SA_PITCH, L - 1, off_m, WG, row_layout, SA_TMA)
                 tok_b = warpgroup_mma(a_ring.index(slot).slice(WG * 64, 64), b_ring.index(slot).permute((1, 0)),
                                       p_b, use_acc=False, is_async=True)
                 slot_b = slot
                 slot, phase = _advance(slot, phase, STAGES)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))
-                _release(empty, slot_a)
+                _release(empty, slot_a, SA_TMA)
                 sb_b = gl.load(sb_ptr + sb_row + L - 1)
                 acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
                 p_b = warpgroup_mma_wait(0, deps=(tok_b,))
-                _release(empty, slot_b)
+                _release(empty, slot_b, SA_TMA)
                 acc = _pinned(gl.fma(p_b, (sa_b * sb_b)[:, None], acc))
             else:
                 p_a = warpgroup_mma_wait(0, deps=(tok_a,))
-                _release(empty, slot_a)
+                _release(empty, slot_a, SA_TMA)
                 acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
             _store_tile(acc, c_desc, c_smem, off_m + WG * 64, off_n)
         tma.store_wait(0)
@@ -421,9 +438,9 @@ if GLUON_IMPORT_ERROR is None:
     # ---- consumer, async depth 0: wait for each block's wgmma, then promote it (BN up to 256 as
     # NSUB 128-wide partials, one live at a time); the ceiling twin (PROMOTE False) for any depth.
     @gluon.jit
-    def _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr,
+    def _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
                          M, N, L, GROUP_M, WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                         STAGES: gl.constexpr, ASYNC: gl.constexpr, PROMOTE: gl.constexpr):
+                         STAGES: gl.constexpr, ASYNC: gl.constexpr, PROMOTE: gl.constexpr, SA_TMA: gl.constexpr):
         SUB_N: gl.constexpr = 128 if BN > 128 else BN
         NSUB: gl.constexpr = BN // SUB_N
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB_N, 32])
@@ -457,7 +474,7 @@ if GLUON_IMPORT_ERROR is None:
                                             is_async=True)
                         p = warpgroup_mma_wait(0, deps=(tok,))
                         acc1 = _pinned(gl.fma(p, (sa * sb1)[:, None], acc1))
-                    _release(empty, slot)
+                    _release(empty, slot, SA_TMA)
                 else:
                     # Ceiling twin: one tensor-core accumulator chain per sub-tile across all of K,
                     # ASYNC blocks left in flight, the slot of the block that completed released.
@@ -488,21 +505,21 @@ if GLUON_IMPORT_ERROR is None:
         tma.store_wait(0)
 
     @gluon.jit
-    def _consumer(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
+    def _consumer(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH, M, N, L, GROUP_M,
                   WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-                  ASYNC: gl.constexpr, PROMOTE: gl.constexpr):
+                  ASYNC: gl.constexpr, PROMOTE: gl.constexpr, SA_TMA: gl.constexpr):
         if PROMOTE and ASYNC == 1:
-            _consumer_overlap(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
-                              WG, BM, BN, STAGES)
+            _consumer_overlap(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
+                              M, N, L, GROUP_M, WG, BM, BN, STAGES, SA_TMA)
         else:
-            _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
-                             WG, BM, BN, STAGES, ASYNC, PROMOTE)
+            _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
+                             M, N, L, GROUP_M, WG, BM, BN, STAGES, ASYNC, PROMOTE, SA_TMA)
 
-    @gluon.jit(do_not_specialize=["M", "L", "GROUP_M"])
+    @gluon.jit(do_not_specialize=["M", "L", "GROUP_M", "SA_PITCH"])
     def _fp8_blockscale_gemm_gluon_sm90(
-        a_desc, b_desc, sa_desc, c_desc, sb_ptr, M, N, L, GROUP_M,
+        a_desc, b_desc, sa_desc, c_desc, sb_ptr, sa_ptr, SA_PITCH, M, N, L, GROUP_M,
         BN: gl.constexpr, CONSUMERS: gl.constexpr, STAGES: gl.constexpr, ASYNC: gl.constexpr,
-        PROMOTE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+        PROMOTE: gl.constexpr, CONSUMER_REGS: gl.constexpr, SA_TMA: gl.constexpr,
     ):
         BM: gl.constexpr = 64 * CONSUMERS
         SUB_N: gl.constexpr = 128 if BN > 128 else BN
@@ -523,18 +540,18 @@ if GLUON_IMPORT_ERROR is None:
         if CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (a_desc, b_desc, sa_desc, a_ring, b_ring, sa_tma, ready, empty, M, N, L, GROUP_M,
-                             BM, BN, STAGES)),
-                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
-                             0, BM, BN, STAGES, ASYNC, PROMOTE)),
-                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
-                             1, BM, BN, STAGES, ASYNC, PROMOTE)),
+                             BM, BN, STAGES, SA_TMA)),
+                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
+                             M, N, L, GROUP_M, 0, BM, BN, STAGES, ASYNC, PROMOTE, SA_TMA)),
+                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
+                             M, N, L, GROUP_M, 1, BM, BN, STAGES, ASYNC, PROMOTE, SA_TMA)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
                 (_producer, (a_desc, b_desc, sa_desc, a_ring, b_ring, sa_tma, ready, empty, M, N, L, GROUP_M,
-                             BM, BN, STAGES)),
-                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M,
-                             0, BM, BN, STAGES, ASYNC, PROMOTE)),
+                             BM, BN, STAGES, SA_TMA)),
+                (_consumer, (a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, sa_ptr, SA_PITCH,
+                             M, N, L, GROUP_M, 0, BM, BN, STAGES, ASYNC, PROMOTE, SA_TMA)),
             ], [4], [CONSUMER_REGS])
 
 
@@ -596,9 +613,10 @@ def launch(prep: dict, out, cfg: Config, num_sms: int | None = None):
     tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
     grid = (min(num_sms or _sm_count(out.device), tiles),)
     _kernel()[grid](
-        prep["a_desc"], prep["b_desc"], prep["sa_desc"], c_desc, prep["sb"], M, N, K // BK, cfg.group_m,
+        prep["a_desc"], prep["b_desc"], prep["sa_desc"], c_desc, prep["sb"], prep["sa_t"], prep["sa_t"].shape[1],
+        M, N, K // BK, cfg.group_m,
         BN=cfg.BN, CONSUMERS=cfg.consumers, STAGES=cfg.stages, ASYNC=cfg.async_depth, PROMOTE=cfg.promote,
-        CONSUMER_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg,
+        CONSUMER_REGS=cfg.regs, SA_TMA=cfg.a_scales == "tma", num_warps=4, maxnreg=cfg.maxnreg,
     )
     return out
 
@@ -637,13 +655,13 @@ def _signature(cfg: Config) -> tuple[dict, dict, dict]:
         "b_desc": f"tensordesc<fp8e4nv[{cfg.BN}, {BK}],{lay['b']!r}>",
         "sa_desc": f"tensordesc<fp32[1, {cfg.BM}],{lay['sa']!r}>",
         "c_desc": f"tensordesc<bf16[{WG_M}, {cfg.SUB_N}],{lay['c']!r}>",
-        "sb_ptr": "*fp32", "M": "i32", "N": "i32", "L": "i32", "GROUP_M": "i32",
+        "sb_ptr": "*fp32", "sa_ptr": "*fp32", "SA_PITCH": "i32", "M": "i32", "N": "i32", "L": "i32", "GROUP_M": "i32",
     }
     constexprs = {"BN": cfg.BN, "CONSUMERS": cfg.consumers, "STAGES": cfg.stages, "ASYNC": cfg.async_depth,
-                  "PROMOTE": cfg.promote, "CONSUMER_REGS": cfg.regs}
+                  "PROMOTE": cfg.promote, "CONSUMER_REGS": cfg.regs, "SA_TMA": cfg.a_scales == "tma"}
     sig = {n: ("constexpr" if n in constexprs else types[n]) for n in kern.arg_names}
     names = list(kern.arg_names)
-    attrs = {(names.index("sb_ptr"),): [["tt.divisibility", 16]], (names.index("N"),): [["tt.divisibility", 16]]}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("sb_ptr", "sa_ptr", "N")}
     return sig, constexprs, attrs
 
 
