@@ -37,7 +37,10 @@ tensor-core accumulator (scales ignored: wrong numbers, the data-movement + MMA 
 ``consumers=1`` (BM 64); ``async_depth=0`` (wait for each block before promoting it: only the
 cross-warpgroup overlap is left); ``stages``; ``BN`` 64/128/256 (256 = two 128-wide partials, each
 with its own B scale, promoted one after the other with ``async_depth=0``: two partials in flight
-would not fit the register budget).
+would not fit the register budget); ``a_scales="global"`` (consumers load the A scales themselves:
+no generic shared-memory read of the slot, so no proxy fence before each release). Each promoted
+accumulator passes through ``_pinned``, an identity the compiler may not move, so the promote stays
+ahead of the next wgmma that reuses its partial's registers (see ``_pinned``).
 
 Nothing here has run on a GPU yet: see NOTES.md ("Gluon kernel") for the compile-only facts.
 """
