@@ -1,4 +1,4 @@
-"""fp8 block-scale GEMM on sm_90: the Triton port against cuBLAS block-wise and bf16 cuBLAS.
+"""fp8 block-scale GEMM on sm_90: the Triton and Gluon ports against cuBLAS block-wise and bf16 cuBLAS.
 
     source .ci/device-env.sh
     python benchmarks/bench_fp8_blockscale_sm90.py --sweep --out $OUT/fp8bs.json
@@ -18,6 +18,12 @@ worker processes) and uses the fastest oracle-correct one; every config's result
 JSON (this is the ablation data the card and NOTES.md quote). ``FP8BS_GRID=run2`` selects the
 second, narrower prefill grid (after the store fix); results of both H200 runs are in
 ``benchmarks/results/`` and summarised in ``kernels/fp8_blockscale_gemm/NOTES.md``.
+Gluon (``gluon_sm90.py``, warp-specialized): slot ``gluon`` beside the Triton ``port`` in every
+table row, with ``--gluon-config`` (JSON, default the design point). ``--gluon-ablations`` adds, on
+shapes with M > 256, a second interleaved group of every ``gluon_sm90.ABLATIONS`` variant and
+records each one's time relative to the design point in the same session (promote removed, one
+consumer warpgroup, async depth 0, stages, tile shape). MSLK's CUTLASS groupwise kernel is timed
+as slot ``mslk_groupwise`` when ``references.build_mslk_groupwise`` exists and mslk imports.
 ``FP8BS_BENCH_DEVICE=cpu`` with ``TRITON_INTERPRET=1`` runs the whole script on small shapes
 (``--shapes 272x256x640,1x192x512``) as a smoke test without a GPU.
 """
@@ -54,6 +60,15 @@ def _imports():
     from skillrun_kernels.fp8_blockscale_gemm import problem, references, triton_sm90
 
     return problem, references, triton_sm90
+
+
+def _gluon():
+    """The Gluon port module, or None where it cannot run (no CUDA device, or no Gluon in this triton)."""
+    if DEV != "cuda":
+        return None
+    from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90
+
+    return gluon_sm90 if gluon_sm90.GLUON_IMPORT_ERROR is None else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,6 +170,43 @@ def _compile_worker(cfgs: list[dict]) -> list[tuple[dict, str | None, float]]:
         except Exception as exc:  # a variant that does not compile is reported, not fatal
             out.append((cfg, f"{type(exc).__name__}: {str(exc)[-300:]}", time.time() - t0))
     return out
+
+
+def _gluon_compile_worker(cfgs: list[dict]) -> list[tuple[dict, str | None, float]]:
+    problem, _, _ = _imports()
+    gs = _gluon()
+    out = []
+    for cfg in cfgs:
+        t0 = time.time()
+        try:
+            shape = {"M": 17, "N": 256, "K": 512}
+            kl = gs.build(shape, cfg, DEV)
+            kl.run(kl.prepare(problem.make_inputs(shape, 0, DEV)), problem.output_like(shape, DEV))
+            sync()
+            out.append((cfg, None, time.time() - t0))
+        except Exception as exc:
+            out.append((cfg, f"{type(exc).__name__}: {str(exc)[-300:]}", time.time() - t0))
+    return out
+
+
+def precompile_gluon(cfgs: list[dict], workers: int) -> dict[str, str | None]:
+    """Each Gluon variant compiled once in worker processes (the on-disk Triton cache serves this one)."""
+    uniq = {json.dumps({k: v for k, v in c.items() if k != "group_m"}, sort_keys=True): c for c in cfgs}
+    todo = list(uniq.values())
+    t0 = time.time()
+    if workers <= 1 or len(todo) <= 1:
+        res = _gluon_compile_worker(todo)
+    else:
+        import multiprocessing as mp
+
+        chunks = [todo[i::workers] for i in range(workers) if todo[i::workers]]
+        with mp.get_context("spawn").Pool(len(chunks)) as pool:
+            res = [r for part in pool.map(_gluon_compile_worker, chunks) for r in part]
+    bad = [(c, e) for c, e, _ in res if e]
+    print(f"[precompile gluon] {len(todo)} variants in {time.time() - t0:.1f}s; {len(bad)} failed", flush=True)
+    for c, e in bad:
+        print(f"[precompile gluon] FAILED {c}: {e}", flush=True)
+    return {json.dumps(c, sort_keys=True): e for c, e, _ in res}
 
 
 def precompile(cfgs: list[dict], workers: int) -> dict[tuple, str | None]:
@@ -448,6 +500,11 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
         "cublas_blockwise_padded": lambda: refs.build_cublas_blockwise_padded(sd, None, DEV),
         "bf16_cublas": lambda: refs.build_bf16_cublas(sd, None, DEV),
     }
+    gs = _gluon()
+    if gs is not None and not args.no_gluon:
+        builders["gluon"] = lambda: gs.build(sd, args.gluon_config, DEV)
+    if hasattr(refs, "build_mslk_groupwise"):  # added by the references work; absent in older trees
+        builders["mslk_groupwise"] = lambda: refs.build_mslk_groupwise(sd, None, DEV)
     slots: dict[str, GraphSlot] = {}
     for name, mk in builders.items():
         info: dict[str, Any] = {}
@@ -461,7 +518,7 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             sync()
             info["rel_err"] = rel_err(got, ref)
             info["parity_ok"] = info["rel_err"] <= PARITY_TOL
-            if name == "port":
+            if name in ("port", "gluon"):
                 first = got.clone()
                 kl.run(preps[0], res_outs[0])
                 sync()
@@ -502,21 +559,67 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             info["power_w_median"] = statistics.median(c[1] for c in clk[name])
         info.setdefault("status", "ok")
     p = row["slots"].get("port", {})
-    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling"):
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling", "mslk_groupwise"):
         b = row["slots"].get(base, {})
         if "ms" in p and "ms" in b:
             row[f"speedup_vs_{base}"] = b["ms"] / p["ms"]
+    gl_slot = row["slots"].get("gluon", {})
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "port", "mslk_groupwise", "fp8_tensorwise_ceiling"):
+        b = row["slots"].get(base, {})
+        if "ms" in gl_slot and "ms" in b:
+            row[f"gluon_speedup_vs_{base}"] = b["ms"] / gl_slot["ms"]
     for base in ("cublas_blockwise", "cublas_blockwise_padded"):
         b = row["slots"].get(base, {})
         if "ms_isolated" in p and "ms_isolated" in b:
             row[f"speedup_isolated_vs_{base}"] = b["ms_isolated"] / p["ms_isolated"]
     if "ms" in p and "ms" in row["slots"].get("port_repeat", {}):
         row["port_repeat_ratio"] = row["slots"]["port_repeat"]["ms"] / p["ms"]
+    del slots
+    if gs is not None and args.gluon_ablations and M > 256:
+        row["gluon_ablations"] = gluon_ablations(gs, sd, sets, ref, args)
     row["seconds"] = time.time() - t_shape
     results["table"].append(row)
-    del slots, sets, outs, ref
+    del sets, outs, ref
     if DEV == "cuda":
         torch.cuda.empty_cache()
+
+
+def gluon_ablations(gs, sd: dict, sets: list, ref: torch.Tensor, args) -> dict:
+    """Every Gluon ablation variant and the design point, one interleaved group, same inputs:
+    ``time_vs_design`` = variant time / design time (> 1: the design's knob helps by that factor)."""
+    problem, _, _ = _imports()
+    flops = problem.flops(sd)
+    nset = len(sets)
+    out: dict[str, Any] = {}
+    slots: dict[str, GraphSlot] = {}
+    for name, knobs in gs.ABLATIONS.items():
+        info: dict[str, Any] = {"config": knobs}
+        try:
+            kl = gs.build(sd, knobs, DEV)
+            preps = [kl.prepare(x) for x in sets]
+            outs = [problem.output_like(sd, DEV) for _ in range(nset)]
+            outs[0].fill_(float("nan"))
+            got = kl.run(preps[0], outs[0])
+            sync()
+            info["rel_err"] = rel_err(got, ref)
+            info["parity_ok"] = info["rel_err"] <= PARITY_TOL
+            if not gs.ablation_config(name).promote:
+                info["note"] = "ceiling twin: scales ignored, wrong numbers by design"
+            slots[name] = GraphSlot([(lambda p=p, o=o, kl=kl: kl.run(p, o)) for p, o in zip(preps, outs)], args.target_ms)
+        except Exception as exc:
+            info["error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+        out[name] = info
+    times = interleaved(slots, args.ablation_rounds)
+    for name, ts_ms in times.items():
+        med = statistics.median(ts_ms)
+        out[name].update(ms=med, ms_min=min(ts_ms), ms_max=max(ts_ms), tflops=flops / med / 1e9)
+    d = out.get("design", {})
+    for name, info in out.items():
+        if "ms" in info and "ms" in d:
+            info["time_vs_design"] = info["ms"] / d["ms"]
+    print("[gluon ablations %sx%sx%s] " % (sd["M"], sd["N"], sd["K"]) + ", ".join(
+        f"{n} {i['time_vs_design']:.3f}" for n, i in out.items() if "time_vs_design" in i), flush=True)
+    return out
 
 
 def fmt_row(row: dict) -> str:
@@ -542,7 +645,10 @@ def fmt_row(row: dict) -> str:
         f" xpad {spp:5.2f}" if spp else " xpad   -  ") + f" | err port {err('port')} cuBLAS {err('cublas_blockwise')} pad {err('cublas_blockwise_padded')}" + (
         f" | iso x{row['speedup_isolated_vs_cublas_blockwise_padded']:.2f}" if "speedup_isolated_vs_cublas_blockwise_padded" in row else "") + (
         f" | MHz p{s.get('port', {}).get('sm_mhz_median', 0):.0f}/c{s.get('cublas_blockwise_padded', {}).get('sm_mhz_median', 0):.0f}") + (
-        f" | rep {row['port_repeat_ratio']:.3f}" if "port_repeat_ratio" in row else "")
+        f" | rep {row['port_repeat_ratio']:.3f}" if "port_repeat_ratio" in row else "") + (
+        f" | gluon {tf('gluon')} x{row['gluon_speedup_vs_cublas_blockwise']:5.2f} err {err('gluon')}"
+        if "gluon_speedup_vs_cublas_blockwise" in row else (f" | gluon {tf('gluon')} err {err('gluon')}" if "gluon" in s else "")) + (
+        f" | mslk {tf('mslk_groupwise')} err {err('mslk_groupwise')}" if "mslk_groupwise" in s else "")
 
 
 def summarize(results: dict) -> dict:
@@ -558,6 +664,17 @@ def summarize(results: dict) -> dict:
         "min_speedup_vs_cublas_where_correct": min(sp) if sp else None,
         "port_parity_all_ok": all(r["slots"].get("port", {}).get("parity_ok") for r in results["table"]),
     }
+    gsp = [r["gluon_speedup_vs_cublas_blockwise"] for r in results["table"]
+           if "gluon_speedup_vs_cublas_blockwise" in r and r["slots"].get("cublas_blockwise", {}).get("parity_ok")
+           and r["slots"].get("gluon", {}).get("parity_ok")]
+    ran = [r for r in results["table"] if "gluon" in r.get("slots", {})]
+    if ran:
+        summ.update(
+            gluon_shapes=len(ran),
+            gluon_parity_all_ok=all(r["slots"]["gluon"].get("parity_ok") for r in ran),
+            gluon_geomean_vs_cublas_where_correct=math.exp(sum(map(math.log, gsp)) / len(gsp)) if gsp else None,
+            gluon_min_vs_cublas_where_correct=min(gsp) if gsp else None,
+        )
     return summ
 
 
@@ -574,7 +691,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop sweeping after this; the table still runs")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
+    ap.add_argument("--gluon-config", default=None, help="JSON dict of gluon_sm90.Config fields for the gluon slot")
+    ap.add_argument("--gluon-ablations", action="store_true", help="time every gluon_sm90.ABLATIONS variant (M > 256)")
+    ap.add_argument("--ablation-rounds", type=int, default=9)
+    ap.add_argument("--no-gluon", action="store_true", help="leave the Gluon kernel out")
     args = ap.parse_args(argv)
+    args.gluon_config = json.loads(args.gluon_config) if args.gluon_config else None
     t0 = time.time()
     args.deadline = t0 + args.budget_s
     args.configs = json.loads(Path(args.configs).read_text()) if args.configs else None
@@ -613,6 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs:
         cfgs += list(args.configs.values())
     status = precompile(cfgs, args.workers) if DEV == "cuda" else {}
+    gs = _gluon()
+    if gs is not None and not args.no_gluon:
+        gcfgs = [args.gluon_config or {}]
+        if args.gluon_ablations:
+            gcfgs += list(gs.ABLATIONS.values())
+        results["precompile_gluon"] = precompile_gluon(gcfgs, args.workers)
     global CLOCKS
     CLOCKS = Clocks()
     results["precompile"] = {str(dict(k)): v for k, v in status.items()}
@@ -629,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         results["summary"] = summarize(results)
         results["meta"]["elapsed_s"] = time.time() - t0
         out_path.write_text(json.dumps(results, indent=1, default=str))
-    print("\n=== fp8 block-scale GEMM, H200: port vs cuBLAS block-wise (TFLOP/s; xN = cuBLAS time / port time) ===")
+    print("\n=== fp8 block-scale GEMM, H200: ports vs cuBLAS block-wise (TFLOP/s; xN = cuBLAS time / port time) ===")
     for row in results["table"]:
         if "slots" in row:
             print(fmt_row(row))

@@ -8,6 +8,12 @@ they say nothing about speed.
 
     python benchmarks/compile_check_sm90.py fp8 --out fp8_compile.json
     python benchmarks/compile_check_sm90.py moe --out moe_compile.json
+    python benchmarks/compile_check_sm90.py gluon   # -> kernels/fp8_blockscale_gemm/results/gluon_sm90_<commit>_compile_only.json
+
+``gluon`` compiles the warp-specialized Gluon block-scale kernel (``gluon_sm90.ABLATIONS``: the
+design point and its one-knob ablations) for sm_90a and records, per variant, registers, spills,
+shared memory, wgmma counts, the setmaxnreg values in PTX and SASS, ptxas's wgmma-serialisation
+verdict and how many promote FMAs ptxas scheduled while a wgmma group was pending.
 """
 from __future__ import annotations
 
@@ -122,11 +128,52 @@ def check_moe() -> list[dict]:
     return rows
 
 
+def check_gluon(names: list[str] | None = None) -> list[dict]:
+    from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90 as g
+
+    rows = []
+    for name in names or list(g.ABLATIONS):
+        try:
+            info = g.compile_only(None, g.ABLATIONS[name])
+            info["fits_smem"] = info["shared_bytes"] <= SM90_SMEM_LIMIT
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {str(exc)[-300:]}"}
+        rows.append({"variant": name, **info})
+        print(json.dumps({k: rows[-1].get(k) for k in ("variant", "error", "regs", "spill_store_bytes", "shared_bytes", "wgmma",
+                                                      "sass_ffma_while_qgmma_pending", "ptxas_wgmma_serialized", "compile_s")
+                          if k in rows[-1]}), flush=True)
+    return rows
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("family", choices=["fp8", "moe"])
+    ap.add_argument("family", choices=["fp8", "moe", "gluon"])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--variants", nargs="*", default=None, help="gluon: ablation names (default: all)")
     args = ap.parse_args()
+    if args.family == "gluon":
+        commit = _commit()
+        rows = check_gluon(args.variants)
+        out = args.out or (Path(__file__).resolve().parents[1] / "kernels" / "fp8_blockscale_gemm" / "results"
+                           / f"gluon_sm90_{commit}_compile_only.json")
+        bad = [r for r in rows if "error" in r or not r.get("fits_smem") or (r.get("spill_store_bytes") or 0) > 0
+               or r.get("ptxas_wgmma_serialized")]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "what": "compile only, no GPU: static facts of the Gluon kernel for sm_90a (nothing here is a measurement)",
+            "target": "sm_90a", "triton": triton.__version__, "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "rows": rows}, indent=1) + "\n")
+        print(f"{len(rows)} Gluon variants compiled for sm_90a; {len(bad)} failing, over shared memory, spilling "
+              f"or serialised by ptxas -> {out}")
+        return 1 if bad else 0
     rows = check_fp8() if args.family == "fp8" else check_moe()
     bad = [r for r in rows if "error" in r or not r.get("fits_smem", True) or (r.get("spill_store_bytes") or 0) > 0]
     print(f"{len(rows)} configs compiled for sm_90; {len(bad)} failing, over shared memory, or spilling")
