@@ -7,6 +7,7 @@ the PTX uses (wgmma vs mma.sync). It catches configs that cannot compile or cann
 they say nothing about speed.
 
     python benchmarks/compile_check_sm90.py fp8 --out fp8_compile.json
+    python benchmarks/compile_check_sm90.py fp8_splitk --out fp8_splitk_compile.json
     python benchmarks/compile_check_sm90.py moe --out moe_compile.json
 """
 from __future__ import annotations
@@ -90,6 +91,34 @@ def check_fp8() -> list[dict]:
     return rows
 
 
+def check_fp8_splitk() -> list[dict]:
+    """The split-K weight-streaming variant over its declared tunable space (SPLIT_K is a run-time
+    argument of the kernel, so it does not change the compiled code and is not enumerated)."""
+    import itertools
+
+    from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90 as port
+    from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90_splitk as sk
+
+    types = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "ws_ptr": "*fp32", "acc_ptr": "*fp32"}
+    types.update({n: "i32" for n in ["M", "N", "K", "k_per_split", "stride_xb", "stride_xm", "stride_wb", "stride_wn"]})
+    div = ["x_ptr", "w_ptr", "xs_ptr", "ws_ptr", "acc_ptr", "M", "N", "K", "k_per_split", "stride_xb", "stride_xm",
+           "stride_wb", "stride_wn"]
+    t = sk.TUNABLE
+    rows = []
+    for bm, bn, bk, w, s, pa in itertools.product(t["BLOCK_M"], t["BLOCK_N"], t["BLOCK_K"], t["num_warps"],
+                                                  t["num_stages"], (port.PRECISE_ACC_DEFAULT, 0)):
+        consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True, "PRECISE_ACC": min(pa, bk),
+                  "stride_xk": 1, "stride_wk": 1}
+        key = f"{bm}x{bn}x{bk}_w{w}_s{s}_pa{pa}"
+        try:
+            info = compile_one(sk._fp8_rowwise_bmm_splitk_kernel, types, consts, div, w, s)
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        rows.append({"class": "splitk", "config": key, **info})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def check_moe() -> list[dict]:
     import bench_moe_a16wi4_sm90 as bench
     from skillrun_kernels.moe_a16wi4 import triton_sm90 as port
@@ -124,10 +153,10 @@ def check_moe() -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("family", choices=["fp8", "moe"])
+    ap.add_argument("family", choices=["fp8", "fp8_splitk", "moe"])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    rows = check_fp8() if args.family == "fp8" else check_moe()
+    rows = {"fp8": check_fp8, "fp8_splitk": check_fp8_splitk, "moe": check_moe}[args.family]()
     bad = [r for r in rows if "error" in r or not r.get("fits_smem", True) or (r.get("spill_store_bytes") or 0) > 0]
     print(f"{len(rows)} configs compiled for sm_90; {len(bad)} failing, over shared memory, or spilling")
     if args.out:
