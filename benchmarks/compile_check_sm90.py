@@ -124,6 +124,7 @@ def check_moe() -> list[dict]:
     from skillrun_kernels.moe_a16wi4 import triton_sm90 as port
 
     ptr = {"x_ptr": "*bf16", "w_ptr": "*i8", "s_ptr": "*bf16", "h_ptr": "*bf16", "zero_ptr": "*fp32", "acc_ptr": "*fp32",
+           "part_ptr": "*fp32",
            "tw_ptr": "*fp32", "sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32", "num_rows_ptr": "*i32"}
     rows = []
     for inter in (512, 2048):
@@ -134,19 +135,28 @@ def check_moe() -> list[dict]:
                         n, kk, w, s, split = (c[f"BLOCK_N{stage[1]}"], c[f"BLOCK_K{stage[1]}"], c[f"warps{stage[1]}"],
                                               c[f"stages{stage[1]}"], c[f"split{stage[1]}"])
                         fn = port._moe_a16wi4_gate_up_kernel if stage == "s1" else port._moe_a16wi4_down_kernel
-                        consts = {"TOPK": 8, "GROUP": 32, "BLOCK_M": bm, "BLOCK_N": n, "BLOCK_K": kk, "NG": kk // 32,
-                                  "SPLIT": split, "SCALE_ACC": False}
-                        names = fn.arg_names
-                        tys = {a: ptr.get(a, "i32") for a in names if a not in consts}
-                        tys.update({a: "i64" for a in ("zero_numel", "zero_per_prog") if a in tys})
-                        div = [a for a in names if a in tys and a not in ("zero_numel", "zero_per_prog")]
-                        try:
-                            info = compile_one(fn, tys, consts, div, w, s)
-                        except Exception as exc:
-                            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                        rows.append({"inter_dim": inter, "class": cls, "bm": bm, "stage": stage,
-                                     "config": (bench.s1_key(c) if stage == "s1" else bench.s2_key(c)), **info})
-                        print(json.dumps(rows[-1]), flush=True)
+                        # decode tiles also with the two decode levers (magic int4 conversion; split-K
+                        # stage 1, whose atomics and third grid axis change the compiled code)
+                        levers = [(False, 1)]
+                        if cls == "decode":
+                            levers += [(True, 1)] + ([(False, 4), (True, 4)] if stage == "s1" else [])
+                        for magic, split_k in levers:
+                            consts = {"TOPK": 8, "GROUP": 32, "BLOCK_M": bm, "BLOCK_N": n, "BLOCK_K": kk, "NG": kk // 32,
+                                      "SPLIT": split, "SCALE_ACC": False, "MAGIC": magic}
+                            if stage == "s1":
+                                consts["SPLIT_K"] = split_k
+                            names = fn.arg_names
+                            tys = {a: ptr.get(a, "i32") for a in names if a not in consts}
+                            tys.update({a: "i64" for a in ("zero_numel", "zero_per_prog") if a in tys})
+                            div = [a for a in names if a in tys and a not in ("zero_numel", "zero_per_prog", "k_steps_per_split")]
+                            try:
+                                info = compile_one(fn, tys, consts, div, w, s)
+                            except Exception as exc:
+                                info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                            key = bench.s1_key(c) if stage == "s1" else bench.s2_key(c)
+                            key += ("_magic" if magic else "") + (f"_sk{split_k}" if split_k > 1 else "")
+                            rows.append({"inter_dim": inter, "class": cls, "bm": bm, "stage": stage, "config": key, **info})
+                            print(json.dumps(rows[-1]), flush=True)
         break  # the compiled code does not depend on inter_dim (a runtime value); one pass suffices
     return rows
 
