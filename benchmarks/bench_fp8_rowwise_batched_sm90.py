@@ -1,8 +1,11 @@
-"""Batched fp8 rowwise GEMM on sm_90: Triton port vs per-batch torch._scaled_mm loop vs
-torch._scaled_grouped_mm, side by side (time, TFLOP/s, speedup, parity vs the fp32 oracle).
+"""Batched fp8 rowwise GEMM on sm_90: Triton port (one-pass and split-K) vs MSLK's CUTLASS
+f8f8bf16_rowwise_batched (the production kernel) vs the per-batch torch._scaled_mm loop vs
+torch._scaled_grouped_mm, side by side (time, TFLOP/s, TB/s and % of this session's measured copy
+bandwidth, speedup, parity vs the fp32 oracle).
 
     python benchmarks/bench_fp8_rowwise_batched_sm90.py                 # table with the tuned configs
     python benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --out r.json   # sweep configs, then table
+    python benchmarks/bench_fp8_rowwise_batched_sm90.py --m 1 32 128 --splitk-sweep --out d.json  # decode: split-K space
 
 Timing: benchmarks/sm90_timing.py (same-process interleaved CUDA events, L2 flush before each
 call, medians; eager and CUDA-graph views). Speedup = baseline time / port time.
@@ -21,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sm90_timing as tm  # noqa: E402
 
 from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references, triton_sm90 as port  # noqa: E402
+from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90_splitk as splitk  # noqa: E402
 
 
 DEV = "cuda"
@@ -43,6 +47,64 @@ CANDIDATES = {
               _c(256, 128, 128, 8, 8, 3), _c(128, 128, 128, 1, 8, 4), _c(64, 128, 128, 8, 4, 4),
               _c(128, 128, 128, 8, 8, 4, w_layout="kn")],
 }
+
+
+# The split-K variant only where the weights stream (M <= 128); one candidate per split factor
+# from its declared space (triton_sm90_splitk.TUNABLE), more with --splitk-sweep.
+SPLITK_MAX_M = 128
+
+
+def splitk_candidates(m: int, full: bool) -> list[dict]:
+    """The tile that holds all M rows (16-row mma.sync at decode, else the smallest wgmma tile >= M)
+    at 2/4/8 splits; with ``full``, the whole declared space for those M tiles (and 16-row tiles)."""
+    import itertools
+
+    t = splitk.TUNABLE
+    bm = next((b for b in sorted(t["BLOCK_M"]) if b >= m), max(t["BLOCK_M"]))
+    base = {**splitk.DEFAULT, "BLOCK_M": bm}
+    if splitk.shared_bytes(base) > splitk.SM90_SMEM_LIMIT:
+        base["BLOCK_K"] = 128
+    if not full:
+        return [{**base, "SPLIT_K": sk} for sk in (2, 4, 8)]
+    out = []
+    for b_m, bn, bk, sk, w, st in itertools.product(sorted({16, bm}), t["BLOCK_N"], t["BLOCK_K"], t["SPLIT_K"],
+                                                    t["num_warps"], t["num_stages"]):
+        c = {"BLOCK_M": b_m, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "num_warps": w, "num_stages": st}
+        if splitk.shared_bytes(c) <= splitk.SM90_SMEM_LIMIT:
+            out.append(c)
+    return out
+
+
+def splitk_key(cfg: dict) -> str:
+    return f"sk{cfg['SPLIT_K']}_{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}_w{cfg['num_warps']}_s{cfg['num_stages']}"
+
+
+def sweep_splitk(shape: dict, flush: tm.L2Flush, reps: int, full: bool) -> dict:
+    """Time the split-K candidates of one decode shape interleaved (graph replay); the best one's config."""
+    inp = problem.make_inputs(shape, 0, DEV)
+    ref = problem.oracle(inp)
+    fns, rows = {}, {}
+    for cfg in splitk_candidates(shape["M"], full):
+        key = splitk_key(cfg)
+        try:
+            launch = splitk.build(shape, cfg, DEV)
+            prepared = launch.prepare(inp)
+            out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+            launch.run(prepared, out)
+            par = tm.parity(out, ref)
+            rows[key] = {"config": cfg, "parity": par}
+            if par["finite"] and par["rel_fro"] < 2e-2:
+                fns[key] = tm.capture_graph(lambda l=launch, p=prepared, o=out: l.run(p, o)).replay
+            else:
+                rows[key]["rejected"] = "parity"
+        except Exception as exc:  # a candidate that raises is kept with its reason, never dropped
+            rows[key] = {"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    times = tm.time_interleaved(fns, reps=reps, warmup=1, flush=flush)
+    for key, ts in times.items():
+        rows[key]["graph_ms"] = tm.median(ts)
+        rows[key]["spread_pct"] = tm.spread_pct(ts)
+    best = min(times, key=lambda k: tm.median(times[k])) if times else None
+    return {"shape": shape, "candidates": rows, "best": best, "best_config": rows[best]["config"] if best else None}
 
 
 def m_class(m: int) -> str:
@@ -123,11 +185,19 @@ def acc_variants(shape: dict, cfg: dict | None) -> dict[str, dict]:
     return out
 
 
-def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, ablation: bool = False) -> dict:
+def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, ablation: bool = False,
+                splitk_cfg: dict | None = None, copy_tbps: float | None = None) -> dict:
     inp = problem.make_inputs(shape, 1, DEV)  # a different seed from the sweep's
     ref = problem.oracle(inp)
     impls = {"port": (port.build, cfg or {}), "scaled_mm_loop": (references.build_scaled_mm_loop, {}),
              "scaled_grouped_mm": (references.build_scaled_grouped_mm, {})}
+    # MSLK's CUTLASS batched kernel is what users run; absent (no mslk) or refusing the shape, its
+    # row says so (the builder raises) instead of disappearing.
+    mslk = getattr(references, "build_mslk_rowwise_batched", None)
+    if mslk is not None:
+        impls["mslk_rowwise_batched"] = (mslk, {})
+    if shape["M"] <= SPLITK_MAX_M:
+        impls["port_splitk"] = (splitk.build, splitk_cfg or splitk.DEFAULT)
     if ablation:
         impls.update({name: (port.build, c) for name, c in acc_variants(shape, cfg).items()})
     res: dict = {"shape": shape, "impls": {}}
@@ -145,6 +215,9 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, abl
             row["describe"] = {k: v for k, v in launch.describe.items() if k != "config"}
             if name.startswith("port"):
                 row["config"] = launch.describe.get("config")
+            if name == "port_splitk":
+                # precise accumulation costs the same in both kernels; keep it comparable
+                row["precise_acc"] = (launch.describe.get("config") or {}).get("precise_acc")
             fn = (lambda l=launch, p=prepared, o=out: l.run(p, o))
             eager[name] = fn
             try:
@@ -168,9 +241,34 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, abl
         for mode in ("eager_ms", "graph_ms"):
             if row.get(mode):
                 row[mode.replace("_ms", "_tflops")] = fl / (row[mode] * 1e-3) / 1e12
-                row[mode.replace("_ms", "_tbps")] = problem.min_bytes(shape) / (row[mode] * 1e-3) / 1e12
-    tm.add_speedups(res, ("scaled_mm_loop", "scaled_grouped_mm"))
+    tm.add_roof(res["impls"], problem.min_bytes(shape), copy_tbps)
+    bases = ("mslk_rowwise_batched", "scaled_mm_loop", "scaled_grouped_mm")
+    tm.add_speedups(res, bases)
+    tm.add_speedups(res, bases, port="port_splitk")
     return res
+
+
+def print_roof_table(rows: list[dict], copy_tbps: float | None) -> None:
+    """Per shape and candidate: graph time, TB/s, % of the measured copy roof, x MSLK, parity."""
+    roof = f"{copy_tbps:.2f} TB/s" if copy_tbps else "not measured"
+    print(f"\nweight-streaming view (graph replay; copy roof this session: {roof}; x mslk = MSLK time / this time; "
+          "A/A = the port timed twice)")
+    for r in rows:
+        s, im = r["shape"], r["impls"]
+        ms_ref = im.get("mslk_rowwise_batched", {}).get("graph_ms")
+        aa = im.get("port_again", {}).get("graph_ms")
+        pt = im.get("port", {}).get("graph_ms")
+        noise = f"{abs(aa / pt - 1) * 100:.1f}%" if aa and pt else "-"
+        for name, row in im.items():
+            if name == "port_again":
+                continue
+            t = row.get("graph_ms")
+            x = f"{ms_ref / t:.2f}" if t and ms_ref else "-"
+            par = row.get("parity", {})
+            ok = "-" if not par else ("pass" if par.get("frac_out_of_tol", 1) == 0 and par.get("finite") else "FAIL")
+            print(f"  M={s['M']:>5} N={s['N']:>5} K={s['K']:>5} {name:<22} {tm.fmt_us(t):>8} "
+                  f"{row.get('graph_tbps', float('nan')):>5.2f} TB/s {row.get('graph_pct_copy', float('nan')):>5.1f}% "
+                  f"x mslk {x:>5} A/A {noise:>5} oracle {ok:<4} {row.get('error', '')[:80]}")
 
 
 def print_table(rows: list[dict]) -> None:
@@ -222,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acc-ablation", action="store_true",
                     help="also time the port with precise accumulation off / every 128 of K (same session)")
     ap.add_argument("--n", type=int, nargs="*", default=None, help="only these N")
+    ap.add_argument("--splitk-sweep", action="store_true",
+                    help="sweep the split-K variant's declared space at M <= 128 and table its best (else 3 split factors)")
     args = ap.parse_args(argv)
     global DEV
     shapes = [s for s in problem.SHAPES if (args.m is None or s["M"] in args.m) and (args.n is None or s["N"] in args.n)]
@@ -238,7 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result: dict = tm.run_header(args.dry_run_cpu)
     flush = tm.L2Flush()
+    result["copy_tbps"] = copy_tbps = tm.copy_bandwidth_tbps()
     chosen: dict[str, dict] = {}
+    chosen_splitk: dict[str, dict] = {}
+    for shape in [s for s in shapes if s["M"] <= SPLITK_MAX_M]:
+        sw = sweep_splitk(shape, flush, args.sweep_reps, args.splitk_sweep)
+        result.setdefault("splitk_sweep", []).append(sw)
+        chosen_splitk[f"{shape['M']},{shape['N']},{shape['K']}"] = sw["best_config"]
+        print(f"split-K M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: best {sw['best']}", flush=True)
+        tm.save_json(args.out, result)
     if args.sweep:
         tm.timed_precompile(result, lambda: precompile(shapes, args.jobs))
         result["sweep"] = []
@@ -259,10 +367,12 @@ def main(argv: list[str] | None = None) -> int:
             print("budget reached; table stopped", flush=True)
             break
         cfg = chosen.get(f"{shape['M']},{shape['N']},{shape['K']}")
-        rows.append(table_shape(shape, cfg, flush, args.reps, args.acc_ablation))
+        sk_cfg = chosen_splitk.get(f"{shape['M']},{shape['N']},{shape['K']}")
+        rows.append(table_shape(shape, cfg, flush, args.reps, args.acc_ablation, sk_cfg, copy_tbps))
         result["table"] = rows
         tm.save_json(args.out, result)
     print_table(rows)
+    print_roof_table(rows, copy_tbps)
     if args.acc_ablation:
         print_ablation(rows)
     result["elapsed_s"] = time.perf_counter() - t0

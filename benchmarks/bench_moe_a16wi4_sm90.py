@@ -1,6 +1,8 @@
-"""a16wi4 MoE layer on sm_90: Triton port vs dequantize+bf16 grouped GEMM (baseline), bf16 grouped
-GEMM on pre-dequantized weights, and a bf16 per-expert loop, side by side (time, achieved
-bandwidth vs 4.8 TB/s, TFLOP/s, speedup, parity vs the fp32 oracle).
+"""a16wi4 MoE layer on sm_90: Triton port (and its decode levers) vs MSLK's CUTLASS
+bf16i4bf16_shuffled_grouped (the production kernel) and bf16bf16bf16_grouped_stacked (dense bf16
+ceiling), dequantize+bf16 grouped GEMM, bf16 grouped GEMM on pre-dequantized weights, and a bf16
+per-expert loop, side by side (time, achieved TB/s and % of this session's measured copy bandwidth,
+TFLOP/s, speedup, parity vs the fp32 oracle).
 
     python benchmarks/bench_moe_a16wi4_sm90.py                       # table with the tuned configs
     python benchmarks/bench_moe_a16wi4_sm90.py --sweep --out r.json  # per-stage config sweep, then table
@@ -167,7 +169,21 @@ def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
     return res
 
 
-def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, with_loop: bool) -> dict:
+# MSLK's CUTLASS kernels: bf16 x int4 group-wise grouped GEMM (the production peer) and the bf16
+# grouped GEMM on pre-dequantized weights (dense ceiling). Absent (no mslk) or refusing a shape, the
+# row records the builder's error instead of disappearing.
+MSLK_REFS = {"mslk_bf16i4_shuffled_grouped": "build_mslk_bf16i4_shuffled_grouped",
+             "mslk_bf16_grouped_stacked": "build_mslk_bf16_grouped_stacked"}
+
+
+def lever_variants(cfg: dict) -> dict[str, dict]:
+    """The port with the decode levers (triton_sm90 docstring) on, same tiles otherwise: ablation rows."""
+    return {"port_magic": {**cfg, "int4_cvt": "magic"}, "port_splitk4": {**cfg, "split_k1": 4},
+            "port_magic_splitk4": {**cfg, "int4_cvt": "magic", "split_k1": 4}}
+
+
+def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, with_loop: bool,
+                copy_tbps: float | None = None) -> dict:
     t, d, i, e, k, g = problem.dims(shape)
     inp = problem.make_inputs(shape, 1, DEV)  # another seed than the sweep's
     ref = problem.oracle(inp)
@@ -179,6 +195,12 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, wit
              "bf16_grouped_predequant": (references.build_bf16_grouped_predequant, {})}
     if with_loop:
         impls["per_expert_loop_bf16"] = (references.build_per_expert_loop, {})
+    for name, fn_name in MSLK_REFS.items():
+        if hasattr(references, fn_name):
+            impls[name] = (getattr(references, fn_name), {})
+    if t_class(shape) != "prefill":
+        base_cfg = cfg or port.pick_config(t, k, e, i, g)[0]
+        impls.update({n: (port.build, c) for n, c in lever_variants(base_cfg).items()})
     res: dict = {"shape": shape, "active_experts": active, "impls": {}}
     eager, graph = {}, {}
     for name, (builder, c) in impls.items():
@@ -191,7 +213,7 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, wit
             got = launch.run(prepared, out)
             tm.sync()
             row["parity"] = tm.parity(got, ref)
-            if name == "port":
+            if name.startswith("port"):
                 row["config"] = launch.describe.get("config")
                 row["tuned"] = launch.describe.get("tuned")
             fn = (lambda l=launch, p=prepared, o=out: l.run(p, o))
@@ -214,18 +236,43 @@ def table_shape(shape: dict, cfg: dict | None, flush: tm.L2Flush, reps: int, wit
     bf16_bytes = active * 3 * i * d * 2 + 4 * t * d
     fl = problem.flops(shape)
     for name, row in res["impls"].items():
-        nbytes = bf16_bytes if "bf16" in name else int4_bytes
+        # bf16-weight references stream bf16 bytes ("bf16i4" streams int4)
+        nbytes = bf16_bytes if "bf16" in name and "bf16i4" not in name else int4_bytes
+        tm.add_roof({name: row}, nbytes, copy_tbps)
         for mode in ("eager_ms", "graph_ms"):
             if row.get(mode):
-                row[mode.replace("_ms", "_tbps")] = nbytes / (row[mode] * 1e-3) / 1e12
                 row[mode.replace("_ms", "_tflops")] = fl / (row[mode] * 1e-3) / 1e12
     p = res["impls"].get("port", {})
-    for base in ("dequant_grouped_bf16", "bf16_grouped_predequant", "per_expert_loop_bf16"):
+    for base in ("dequant_grouped_bf16", "bf16_grouped_predequant", "per_expert_loop_bf16", *MSLK_REFS):
         tm.add_speedups(res, (base,))
+        for lever in lever_variants({}):
+            tm.add_speedups(res, (base,), port=lever)
         b = res["impls"].get(base, {})
         if p.get("graph_ms") and b.get("eager_ms") and not b.get("graph_ms"):
             res.setdefault("speedup", {})[f"{base}_eager_vs_port_graph"] = b["eager_ms"] / p["graph_ms"]
     return res
+
+
+def print_roof_table(rows: list[dict], copy_tbps: float | None) -> None:
+    """Per shape and candidate: graph time, TB/s and % of the session's copy roof, x MSLK int4, parity."""
+    roof = f"{copy_tbps:.2f} TB/s" if copy_tbps else "not measured"
+    print(f"\nweight-streaming view (graph replay, eager where a row cannot be captured; copy roof this session: {roof}; "
+          "x mslk = MSLK bf16i4bf16_shuffled_grouped time / this time)")
+    for r in rows:
+        s, im = r["shape"], r["impls"]
+        ref = im.get("mslk_bf16i4_shuffled_grouped", {})
+        for name, row in im.items():
+            if name == "port_again":
+                continue
+            mode = "graph" if row.get("graph_ms") else "eager"
+            t = row.get(f"{mode}_ms")
+            rt = ref.get(f"{mode}_ms")
+            x = f"{rt / t:.2f}" if t and rt else "-"
+            par = row.get("parity", {})
+            ok = "-" if not par else ("pass" if par.get("frac_out_of_tol", 1) == 0 and par.get("finite") else "FAIL")
+            print(f"  E={s['experts']:>4} I={s['inter_dim']:>5} T={s['tokens']:>5} {name:<30} {mode:<5} {tm.fmt_us(t):>9} "
+                  f"{row.get(f'{mode}_tbps', float('nan')):>5.2f} TB/s {row.get(f'{mode}_pct_copy', float('nan')):>5.1f}% "
+                  f"x mslk {x:>5} oracle {ok:<4} {row.get('error', '')[:80]}")
 
 
 def print_table(rows: list[dict]) -> None:
@@ -287,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result: dict = tm.run_header(args.dry_run_cpu)
     flush = tm.L2Flush(DEV)
+    result["copy_tbps"] = copy_tbps = tm.copy_bandwidth_tbps()
     chosen: dict[tuple, dict] = {}
     if args.sweep:
         tm.timed_precompile(result, lambda: precompile(sweep_shapes, args.jobs))
@@ -315,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         cfg = nearest_config(chosen, shape)
         try:
-            rows.append(table_shape(shape, cfg, flush, args.reps, with_loop=shape["tokens"] <= args.loop_max_tokens))
+            rows.append(table_shape(shape, cfg, flush, args.reps, with_loop=shape["tokens"] <= args.loop_max_tokens,
+                                    copy_tbps=copy_tbps))
         except Exception as exc:
             print(f"table failed for {shape}: {type(exc).__name__}: {exc}", flush=True)
             rows.append({"shape": shape, "error": f"{type(exc).__name__}: {str(exc)[:400]}", "impls": {}, "active_experts": -1})
@@ -323,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         result["table"] = rows
         tm.save_json(args.out, result)
     print_table(rows)
+    print_roof_table(rows, copy_tbps)
     result["elapsed_s"] = time.perf_counter() - t0
     tm.save_json(args.out, result)
     return 0

@@ -7,6 +7,7 @@ the PTX uses (wgmma vs mma.sync). It catches configs that cannot compile or cann
 they say nothing about speed.
 
     python benchmarks/compile_check_sm90.py fp8 --out fp8_compile.json
+    python benchmarks/compile_check_sm90.py fp8_splitk --out fp8_splitk_compile.json
     python benchmarks/compile_check_sm90.py moe --out moe_compile.json
     python benchmarks/compile_check_sm90.py gluon   # -> kernels/fp8_blockscale_gemm/results/gluon_sm90_<commit>_compile_only.json
 
@@ -96,11 +97,40 @@ def check_fp8() -> list[dict]:
     return rows
 
 
+def check_fp8_splitk() -> list[dict]:
+    """The split-K weight-streaming variant over its declared tunable space (SPLIT_K is a run-time
+    argument of the kernel, so it does not change the compiled code and is not enumerated)."""
+    import itertools
+
+    from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90 as port
+    from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90_splitk as sk
+
+    types = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "ws_ptr": "*fp32", "acc_ptr": "*fp32"}
+    types.update({n: "i32" for n in ["M", "N", "K", "k_per_split", "stride_xb", "stride_xm", "stride_wb", "stride_wn"]})
+    div = ["x_ptr", "w_ptr", "xs_ptr", "ws_ptr", "acc_ptr", "M", "N", "K", "k_per_split", "stride_xb", "stride_xm",
+           "stride_wb", "stride_wn"]
+    t = sk.TUNABLE
+    rows = []
+    for bm, bn, bk, w, s, pa in itertools.product(t["BLOCK_M"], t["BLOCK_N"], t["BLOCK_K"], t["num_warps"],
+                                                  t["num_stages"], (port.PRECISE_ACC_DEFAULT, 0)):
+        consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EVEN_K": True, "PRECISE_ACC": min(pa, bk),
+                  "stride_xk": 1, "stride_wk": 1}
+        key = f"{bm}x{bn}x{bk}_w{w}_s{s}_pa{pa}"
+        try:
+            info = compile_one(sk._fp8_rowwise_bmm_splitk_kernel, types, consts, div, w, s)
+        except Exception as exc:
+            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        rows.append({"class": "splitk", "config": key, **info})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def check_moe() -> list[dict]:
     import bench_moe_a16wi4_sm90 as bench
     from skillrun_kernels.moe_a16wi4 import triton_sm90 as port
 
     ptr = {"x_ptr": "*bf16", "w_ptr": "*i8", "s_ptr": "*bf16", "h_ptr": "*bf16", "zero_ptr": "*fp32", "acc_ptr": "*fp32",
+           "part_ptr": "*fp32",
            "tw_ptr": "*fp32", "sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32", "num_rows_ptr": "*i32"}
     rows = []
     for inter in (512, 2048):
@@ -111,19 +141,28 @@ def check_moe() -> list[dict]:
                         n, kk, w, s, split = (c[f"BLOCK_N{stage[1]}"], c[f"BLOCK_K{stage[1]}"], c[f"warps{stage[1]}"],
                                               c[f"stages{stage[1]}"], c[f"split{stage[1]}"])
                         fn = port._moe_a16wi4_gate_up_kernel if stage == "s1" else port._moe_a16wi4_down_kernel
-                        consts = {"TOPK": 8, "GROUP": 32, "BLOCK_M": bm, "BLOCK_N": n, "BLOCK_K": kk, "NG": kk // 32,
-                                  "SPLIT": split, "SCALE_ACC": False}
-                        names = fn.arg_names
-                        tys = {a: ptr.get(a, "i32") for a in names if a not in consts}
-                        tys.update({a: "i64" for a in ("zero_numel", "zero_per_prog") if a in tys})
-                        div = [a for a in names if a in tys and a not in ("zero_numel", "zero_per_prog")]
-                        try:
-                            info = compile_one(fn, tys, consts, div, w, s)
-                        except Exception as exc:
-                            info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                        rows.append({"inter_dim": inter, "class": cls, "bm": bm, "stage": stage,
-                                     "config": (bench.s1_key(c) if stage == "s1" else bench.s2_key(c)), **info})
-                        print(json.dumps(rows[-1]), flush=True)
+                        # decode tiles also with the two decode levers (magic int4 conversion; split-K
+                        # stage 1, whose atomics and third grid axis change the compiled code)
+                        levers = [(False, 1)]
+                        if cls == "decode":
+                            levers += [(True, 1)] + ([(False, 4), (True, 4)] if stage == "s1" else [])
+                        for magic, split_k in levers:
+                            consts = {"TOPK": 8, "GROUP": 32, "BLOCK_M": bm, "BLOCK_N": n, "BLOCK_K": kk, "NG": kk // 32,
+                                      "SPLIT": split, "SCALE_ACC": False, "MAGIC": magic}
+                            if stage == "s1":
+                                consts["SPLIT_K"] = split_k
+                            names = fn.arg_names
+                            tys = {a: ptr.get(a, "i32") for a in names if a not in consts}
+                            tys.update({a: "i64" for a in ("zero_numel", "zero_per_prog") if a in tys})
+                            div = [a for a in names if a in tys and a not in ("zero_numel", "zero_per_prog", "k_steps_per_split")]
+                            try:
+                                info = compile_one(fn, tys, consts, div, w, s)
+                            except Exception as exc:
+                                info = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                            key = bench.s1_key(c) if stage == "s1" else bench.s2_key(c)
+                            key += ("_magic" if magic else "") + (f"_sk{split_k}" if split_k > 1 else "")
+                            rows.append({"inter_dim": inter, "class": cls, "bm": bm, "stage": stage, "config": key, **info})
+                            print(json.dumps(rows[-1]), flush=True)
         break  # the compiled code does not depend on inter_dim (a runtime value); one pass suffices
     return rows
 
@@ -155,7 +194,7 @@ def _commit() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("family", choices=["fp8", "moe", "gluon"])
+    ap.add_argument("family", choices=["fp8", "fp8_splitk", "moe", "gluon"])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--variants", nargs="*", default=None, help="gluon: ablation names (default: all)")
     args = ap.parse_args()
@@ -174,7 +213,7 @@ def main() -> int:
         print(f"{len(rows)} Gluon variants compiled for sm_90a; {len(bad)} failing, over shared memory, spilling "
               f"or serialised by ptxas -> {out}")
         return 1 if bad else 0
-    rows = check_fp8() if args.family == "fp8" else check_moe()
+    rows = {"fp8": check_fp8, "fp8_splitk": check_fp8_splitk, "moe": check_moe}[args.family]()
     bad = [r for r in rows if "error" in r or not r.get("fits_smem", True) or (r.get("spill_store_bytes") or 0) > 0]
     print(f"{len(rows)} configs compiled for sm_90; {len(bad)} failing, over shared memory, or spilling")
     if args.out:

@@ -201,14 +201,40 @@ def record_times(impls: dict[str, dict], mode: str, times: dict[str, list[float]
         tgt[mode.replace("_ms", "_spread_pct")] = spread_pct(ts)
 
 
-def add_speedups(res: dict, bases: tuple[str, ...]) -> None:
-    """``res["speedup"][f"{base}_{eager|graph}"]``: each baseline's time over the port's, where both ran."""
-    p = res["impls"].get("port", {})
+def add_speedups(res: dict, bases: tuple[str, ...], port: str = "port") -> None:
+    """``res["speedup"][f"{base}_{eager|graph}"]``: each baseline's time over the port's, where both ran
+    (``port`` names the candidate; a non-default one prefixes its keys with ``{port}_vs_``)."""
+    p = res["impls"].get(port, {})
+    prefix = "" if port == "port" else f"{port}_vs_"
     for base in bases:
         b = res["impls"].get(base, {})
         for mode in ("eager_ms", "graph_ms"):
             if p.get(mode) and b.get(mode):
-                res.setdefault("speedup", {})[f"{base}_{mode[:-3]}"] = b[mode] / p[mode]
+                res.setdefault("speedup", {})[f"{prefix}{base}_{mode[:-3]}"] = b[mode] / p[mode]
+
+
+def copy_bandwidth_tbps(nbytes: int = 2 << 30, reps: int = 10) -> float | None:
+    """The memory roof measured in this session: a device-to-device copy of ``nbytes``, counted as
+    bytes read plus bytes written over the median time (TB/s). Memory-bound kernels are reported
+    as a percentage of this, not of the datasheet's 4.8 TB/s. None on a dry run."""
+    if DRY_RUN_CPU:
+        return None
+    src = torch.empty(nbytes, dtype=torch.int8, device="cuda")
+    dst = torch.empty_like(src)
+    ts = time_interleaved({"copy": lambda: dst.copy_(src)}, reps=reps, warmup=2, flush=None)["copy"]
+    del src, dst
+    return 2 * nbytes / (median(ts) * 1e-3) / 1e12
+
+
+def add_roof(impls: dict[str, dict], nbytes: float, copy_tbps: float | None) -> None:
+    """Per candidate and view: achieved TB/s over the problem's fewest bytes, and its % of the copy roof."""
+    for row in impls.values():
+        for mode in ("eager_ms", "graph_ms"):
+            if row.get(mode):
+                tbps = nbytes / (row[mode] * 1e-3) / 1e12
+                row[mode.replace("_ms", "_tbps")] = tbps
+                if copy_tbps:
+                    row[mode.replace("_ms", "_pct_copy")] = 100.0 * tbps / copy_tbps
 
 
 def run_header(dry_run_cpu: bool) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Fixes for two bf16 gaps in Triton 3.6's CPU interpreter, applied only inside interpreter runs.
 
-The interpreter stores bf16 as raw uint16 bits, and (1) ``tl.dot`` and elementwise arithmetic on
+The interpreter stores bf16 as raw uint16 bits, has no bf16 scalar constants, and (1) ``tl.dot`` and elementwise arithmetic on
 bf16 operands work on those bit patterns as integers, (2) casts to bf16 truncate (fp32) or
 reinterpret (ints) instead of rounding to nearest even as the GPU does. Each would make a correct
 kernel look wrong on the CPU. We convert bf16 dot operands to fp32 (bf16 products are exact in
@@ -74,3 +74,6 @@ _interp.InterpreterBuilder.cast_impl = _cast
 _interp.InterpreterBuilder.create_si_to_fp = lambda self, src, dst_type: _cast(self, src, dst_type)
 _interp.InterpreterBuilder.create_fp_trunc = lambda self, src, dst_type: _cast(self, src, dst_type)
 _interp.InterpreterBuilder.create_fp_to_fp = _fp_to_fp
+# (3) bf16 scalar constants (e.g. ``bf16_tensor - 136.0``): the interpreter has no get_bf16 at all.
+_interp.InterpreterBuilder.get_bf16 = lambda self, value: _interp.TensorHandle(
+    _f32_to_bf16_bits(np.array([value], dtype=np.float32)), tl.bfloat16)

@@ -14,6 +14,19 @@ Five launches, none of which waits on the host, so the whole layer can be captur
    added into the fp32 (tokens, model_dim) accumulator: the top-k sum needs no extra pass.
 5. ``_moe_a16wi4_cast_kernel``: fp32 accumulator -> bf16 output.
 
+Two decode levers, off by default (the measured recipes predate them; ``skill-run tune`` sweeps them):
+- ``split_k1`` > 1: stage 1 at decode runs one program per (expert block, N tile) over the whole
+  7168-deep K, 128 programs at T=1 (one wave on 132 SMs, one CTA's loads in flight per SM: the
+  0.55 TB/s row of NOTES.md). Splitting K multiplies the programs; the gate and up partials meet
+  by fp32 atomics in a (pairs, 2*I) workspace (L2-resident at decode) and
+  ``_moe_a16wi4_silu_kernel`` applies SiLU(gate) * up, writes h and re-zeroes the workspace (six
+  launches instead of five; SiLU is not linear, so it cannot run before the K sum).
+- ``int4_cvt: magic``: nibble -> bf16 without integer-to-float conversion instructions: the
+  offset nibble (s + 8, 0..15) ORed into the mantissa of bf16 128.0 (0x4300) is 128 + s + 8
+  exactly (the bf16 ulp at 128 is 1), and one bf16 subtraction of 136 leaves s. Two logic ops and a
+  packed bf16 subtract per pair of weights instead of sign-extending shifts and I2F converts, which
+  NOTES.md's bottleneck section names as the issue limit at decode.
+
 Int4 layout (packing.py): two nibbles per byte along K, low nibble = even k. With ``split`` the
 kernel never interleaves nibbles: it de-interleaves the (contiguously loaded) activation tile into
 even-k and odd-k halves in registers and multiplies them by the low and high nibbles (two half-K
@@ -34,7 +47,7 @@ from skillrun_kernels.protocol import KernelLaunch
 from . import packing
 
 KERNEL_PREFIX = "_moe_a16wi4_"
-EXPECT_KERNELS = r"^_moe_a16wi4_(align|scatter|gate_up|down|cast)_kernel$"
+EXPECT_KERNELS = r"^_moe_a16wi4_(align|scatter|gate_up|silu|down|cast)_kernel$"
 
 
 # Token-count-dependent integers are not specialized: one compiled kernel serves every batch size.
@@ -82,14 +95,27 @@ def _expand_groups(s, BN: tl.constexpr, NG: tl.constexpr, REP: tl.constexpr):
 
 
 @triton.jit
+def _nibble_bf16_magic(nib):
+    # nib: int16 lanes holding a two's-complement nibble in bits 0..3 (upper bits arbitrary).
+    # (nib ^ 8) & 15 = s + 8 in 0..15; OR into bf16 128.0's mantissa, subtract 136 (both exact).
+    bits = ((nib ^ 8) & 15) | 0x4300
+    return bits.to(tl.bfloat16, bitcast=True) - 136.0
+
+
+@triton.jit
 def _int4_tile(packed, s, BN: tl.constexpr, KH: tl.constexpr, GROUP: tl.constexpr,
-               SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr):
+               SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr, MAGIC: tl.constexpr = False):
     """Unpack a (BN, KH) byte tile into bf16 weights: (lo, hi) halves, or one interleaved tile."""
     # Arithmetic shifts on int8 sign-extend the nibbles; int4 values are exact in bf16, and the
     # bf16 multiply by the bf16 scale rounds the exact product once (same as an fp32 multiply
     # rounded to bf16) while keeping two values per register.
-    lo = ((packed << 4) >> 4).to(tl.bfloat16)
-    hi = (packed >> 4).to(tl.bfloat16)
+    if MAGIC:
+        p16 = packed.to(tl.int16)
+        lo = _nibble_bf16_magic(p16)
+        hi = _nibble_bf16_magic(p16 >> 4)
+    else:
+        lo = ((packed << 4) >> 4).to(tl.bfloat16)
+        hi = (packed >> 4).to(tl.bfloat16)
     if SPLIT:
         if not SCALE_ACC:
             sx = _expand_groups(s, BN, (2 * KH) // GROUP, GROUP // 2)
@@ -103,20 +129,21 @@ def _int4_tile(packed, s, BN: tl.constexpr, KH: tl.constexpr, GROUP: tl.constexp
         return w, w
 
 
-@triton.jit(do_not_specialize=["zero_numel", "zero_per_prog"])
+@triton.jit(do_not_specialize=["zero_numel", "zero_per_prog", "k_steps_per_split"])
 def _moe_a16wi4_gate_up_kernel(
-    x_ptr, w_ptr, s_ptr, h_ptr, zero_ptr,
+    x_ptr, w_ptr, s_ptr, h_ptr, zero_ptr, part_ptr,
     sorted_ptr, block_expert_ptr, valid_end_ptr, num_rows_ptr,
-    D, I, zero_numel, zero_per_prog,
+    D, I, zero_numel, zero_per_prog, k_steps_per_split,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_ht,
     TOPK: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NG: tl.constexpr,
-    SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr,
+    SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr, SPLIT_K: tl.constexpr = 1, MAGIC: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    split = tl.program_id(2)
     # Clear this program's share of the stage-2 fp32 accumulator (stage 2 runs after this launch).
-    prog = pid_n * tl.num_programs(0) + pid_m
+    prog = (split * tl.num_programs(1) + pid_n) * tl.num_programs(0) + pid_m
     zoffs = tl.arange(0, 1024)
     for z in range(0, zero_per_prog, 1024):
         idx = prog.to(tl.int64) * zero_per_prog + z + zoffs
@@ -134,15 +161,18 @@ def _moe_a16wi4_gate_up_kernel(
     KH: tl.constexpr = BLOCK_K // 2
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_kh = tl.arange(0, KH)
-    wg_ptrs = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_kh[None, :]
+    # This program's K slice: all of K, or k_steps_per_split BLOCK_K steps of it (split-K).
+    k_first = split * k_steps_per_split if SPLIT_K > 1 else 0
+    k_last = tl.minimum(k_first + k_steps_per_split, D // BLOCK_K) if SPLIT_K > 1 else D // BLOCK_K
+    wg_ptrs = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + (k_first * KH + offs_kh)[None, :]
     wu_ptrs = wg_ptrs + I * stride_wn
-    sg_ptrs = s_ptr + e * stride_se + offs_n[:, None] * stride_sn + tl.arange(0, NG)[None, :]
+    sg_ptrs = s_ptr + e * stride_se + offs_n[:, None] * stride_sn + (k_first * NG + tl.arange(0, NG))[None, :]
     su_ptrs = sg_ptrs + I * stride_sn
-    xa_ptrs = x_ptr + tok[:, None] * stride_xt + tl.arange(0, BLOCK_K)[None, :]
+    xa_ptrs = x_ptr + tok[:, None] * stride_xt + (k_first * BLOCK_K + tl.arange(0, BLOCK_K))[None, :]
 
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, D // BLOCK_K):
+    for kt in range(k_first, k_last):
         bg = tl.load(wg_ptrs)
         bu = tl.load(wu_ptrs)
         if SCALE_ACC:
@@ -153,8 +183,8 @@ def _moe_a16wi4_gate_up_kernel(
         else:
             sg = tl.load(sg_ptrs)
             su = tl.load(su_ptrs)
-        gl, gh = _int4_tile(bg, sg, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
-        ul, uh = _int4_tile(bu, su, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
+        gl, gh = _int4_tile(bg, sg, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC, MAGIC)
+        ul, uh = _int4_tile(bu, su, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC, MAGIC)
         a = tl.load(xa_ptrs, mask=rvalid[:, None], other=0.0)
         if SPLIT:
             # contiguous load, de-interleaved in registers: even k meets the low nibbles
@@ -184,9 +214,34 @@ def _moe_a16wi4_gate_up_kernel(
         su_ptrs += NG
         xa_ptrs += BLOCK_K
 
-    h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
-    h_ptrs = h_ptr + pair[:, None] * stride_ht + offs_n[None, :]
-    tl.store(h_ptrs, h.to(tl.bfloat16), mask=rvalid[:, None])
+    if SPLIT_K > 1:
+        # Partial gate and up sums of this K slice; the SiLU kernel finishes h once all have landed.
+        g_ptrs = part_ptr + pair[:, None] * (2 * I) + offs_n[None, :]
+        tl.atomic_add(g_ptrs, acc_g, mask=rvalid[:, None], sem="relaxed")
+        tl.atomic_add(g_ptrs + I, acc_u, mask=rvalid[:, None], sem="relaxed")
+    else:
+        h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
+        h_ptrs = h_ptr + pair[:, None] * stride_ht + offs_n[None, :]
+        tl.store(h_ptrs, h.to(tl.bfloat16), mask=rvalid[:, None])
+
+
+@triton.jit(do_not_specialize=["pairs"])
+def _moe_a16wi4_silu_kernel(part_ptr, h_ptr, pairs, I, stride_ht, BLOCK: tl.constexpr):
+    """h = SiLU(gate) * up from the split-K partials (pairs, 2*I), then re-zero them for the next call.
+
+    Rows of padding pairs are never written by stage 1 and stay zero: SiLU(0) * 0 = 0 lands in h
+    rows nobody reads.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < I
+    g = tl.load(part_ptr + row * (2 * I) + offs, mask=ok, other=0.0)
+    u = tl.load(part_ptr + row * (2 * I) + I + offs, mask=ok, other=0.0)
+    h = g / (1.0 + tl.exp(-g)) * u
+    tl.store(h_ptr + row * stride_ht + offs, h.to(tl.bfloat16), mask=ok)
+    zero = tl.zeros((BLOCK,), dtype=tl.float32)
+    tl.store(part_ptr + row * (2 * I) + offs, zero, mask=ok)
+    tl.store(part_ptr + row * (2 * I) + I + offs, zero, mask=ok)
 
 
 @triton.jit
@@ -196,7 +251,7 @@ def _moe_a16wi4_down_kernel(
     I, stride_ht, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TOPK: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NG: tl.constexpr,
-    SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr,
+    SPLIT: tl.constexpr, SCALE_ACC: tl.constexpr, MAGIC: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -221,7 +276,7 @@ def _moe_a16wi4_down_kernel(
             s = tl.load(s_ptr + e * stride_se + offs_n * stride_sn + (kt * BLOCK_K) // GROUP)
         else:
             s = tl.load(s_ptrs)
-        wl, wh = _int4_tile(b, s, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC)
+        wl, wh = _int4_tile(b, s, BLOCK_N, KH, GROUP, SPLIT, SCALE_ACC, MAGIC)
         a = tl.load(ha_ptrs, mask=rvalid[:, None], other=0.0)
         if SPLIT:
             a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_M, KH, 2)))
@@ -347,6 +402,18 @@ def pick_config(tokens: int, topk: int, experts: int, inter_dim: int, group_size
     return cfg, False
 
 
+# int4 -> bf16 conversion: "i2f" sign-extending shifts and converts (the measured recipes), "magic"
+# the exponent-pattern trick (module docstring).
+INT4_CVT = {"i2f": False, "magic": True}
+
+
+def split_k_steps(model_dim: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(BLOCK_K steps per split, splits actually launched): whole steps, no empty split."""
+    steps = model_dim // block_k
+    per = triton.cdiv(steps, min(split_k, steps))
+    return per, triton.cdiv(steps, per)
+
+
 def check_config(cfg: dict, model_dim: int, inter_dim: int, group_size: int) -> None:
     """Reject tile choices the kernels do not handle (they carry no K/N tail masks)."""
     problems = []
@@ -364,6 +431,13 @@ def check_config(cfg: dict, model_dim: int, inter_dim: int, group_size: int) -> 
             problems.append(f"BLOCK_K{stage}={bk} must be at least 32")
     if cfg["BLOCK_M"] < 16:
         problems.append("BLOCK_M must be at least 16")
+    sk = cfg.get("split_k1", 1)
+    if isinstance(sk, bool) or not isinstance(sk, int) or sk < 1:
+        problems.append(f"split_k1 must be a positive int, got {sk!r}")
+    elif sk > model_dim // cfg["BLOCK_K1"]:
+        problems.append(f"split_k1={sk} exceeds the {model_dim // cfg['BLOCK_K1']} BLOCK_K1 steps of model_dim={model_dim}")
+    if cfg.get("int4_cvt", "i2f") not in INT4_CVT:
+        problems.append(f"int4_cvt must be one of {sorted(INT4_CVT)}, got {cfg.get('int4_cvt')!r}")
     if problems:
         raise ValueError("moe_a16wi4 config rejected: " + "; ".join(problems))
 
@@ -400,28 +474,48 @@ def align_by_expert(topk_ids: torch.Tensor, experts: int, block_m: int) -> Routi
     return Routing(sorted_ids, block_expert, valid_end, num_rows, max_blocks)
 
 
+def split_workspace(tokens: int, topk: int, inter_dim: int, device) -> torch.Tensor:
+    """The zeroed fp32 (pairs, 2*I) gate/up partials buffer of split-K stage 1 (the SiLU kernel re-zeroes it)."""
+    return torch.zeros(tokens * topk, 2 * inter_dim, dtype=torch.float32, device=device)
+
+
 def moe_a16wi4_stage1(x: torch.Tensor, w1: PackedExperts, routing: Routing, topk: int, cfg: dict,
-                      zero: torch.Tensor | None = None) -> torch.Tensor:
-    """h (tokens * topk, inter_dim) bf16 = SiLU(x W1_gate^T) * (x W1_up^T) for each routed pair."""
+                      zero: torch.Tensor | None = None, part: torch.Tensor | None = None) -> torch.Tensor:
+    """h (tokens * topk, inter_dim) bf16 = SiLU(x W1_gate^T) * (x W1_up^T) for each routed pair.
+
+    With ``cfg["split_k1"] > 1`` the K loop is split over a third grid axis and ``part`` (from
+    :func:`split_workspace`, zero on entry, zero again on return) collects the partial sums.
+    """
     t, d = x.shape
     inter = w1.packed.shape[1] // 2
     h = torch.empty(t * topk, inter, dtype=torch.bfloat16, device=x.device)
-    grid = (routing.max_blocks, inter // cfg["BLOCK_N1"])
+    per_split, splits = split_k_steps(d, cfg["BLOCK_K1"], cfg.get("split_k1", 1))
+    if splits > 1:
+        if part is None or tuple(part.shape) != (t * topk, 2 * inter) or part.dtype != torch.float32:
+            raise ValueError(f"split_k1 needs a zeroed fp32 ({t * topk}, {2 * inter}) workspace (split_workspace)")
+    else:
+        part = torch.empty(1, dtype=torch.float32, device=x.device)  # unused; same pointer type
+    grid = (routing.max_blocks, inter // cfg["BLOCK_N1"], splits)
     zero_numel = 0 if zero is None else zero.numel()
     if zero is None:  # same pointer type either way, so both uses share one compiled kernel
         zero = torch.empty(1, dtype=torch.float32, device=x.device)
-    per_prog = triton.cdiv(zero_numel, grid[0] * grid[1]) if zero_numel else 0
+    per_prog = triton.cdiv(zero_numel, grid[0] * grid[1] * grid[2]) if zero_numel else 0
     _moe_a16wi4_gate_up_kernel[grid](
-        x, w1.packed, w1.scale, h, zero,
+        x, w1.packed, w1.scale, h, zero, part,
         routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows,
-        d, inter, zero_numel, per_prog,
+        d, inter, zero_numel, per_prog, per_split,
         x.stride(0), w1.packed.stride(0), w1.packed.stride(1), w1.scale.stride(0), w1.scale.stride(1), h.stride(0),
         TOPK=topk, GROUP=w1.group_size,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N1"], BLOCK_K=cfg["BLOCK_K1"],
         NG=max(cfg["BLOCK_K1"] // w1.group_size, 1),
         SPLIT=bool(cfg["split1"]), SCALE_ACC=bool(cfg["scale_acc"]),
+        SPLIT_K=splits, MAGIC=INT4_CVT[cfg.get("int4_cvt", "i2f")],
         num_warps=cfg["warps1"], num_stages=cfg["stages1"],
     )
+    if splits > 1:
+        blk = min(1024, triton.next_power_of_2(inter))
+        _moe_a16wi4_silu_kernel[(t * topk, triton.cdiv(inter, blk))](part, h, t * topk, inter, h.stride(0),
+                                                                     BLOCK=blk, num_warps=4)
     return h
 
 
@@ -438,7 +532,7 @@ def moe_a16wi4_stage2(h: torch.Tensor, w2: PackedExperts, routing: Routing, topk
         TOPK=topk_weights.shape[1], GROUP=w2.group_size,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=cfg["BLOCK_K2"],
         NG=max(cfg["BLOCK_K2"] // w2.group_size, 1),
-        SPLIT=bool(cfg["split2"]), SCALE_ACC=bool(cfg["scale_acc"]),
+        SPLIT=bool(cfg["split2"]), SCALE_ACC=bool(cfg["scale_acc"]), MAGIC=INT4_CVT[cfg.get("int4_cvt", "i2f")],
         num_warps=cfg["warps2"], num_stages=cfg["stages2"],
     )
     return acc
@@ -452,8 +546,13 @@ def moe_a16wi4(
     topk_weights: torch.Tensor,
     out: torch.Tensor | None = None,
     config: dict | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The full layer: (tokens, model_dim) bf16 = sum_j w_tj * FFN_{e_tj}(x_t), int4 expert weights."""
+    """The full layer: (tokens, model_dim) bf16 = sum_j w_tj * FFN_{e_tj}(x_t), int4 expert weights.
+
+    ``workspace``: the split-K stage-1 buffer (:func:`split_workspace`) when ``split_k1`` > 1;
+    allocated here (one extra fill launch) when the caller passes none.
+    """
     t, d = x.shape
     experts, two_i, k1 = w1.packed.shape
     inter = two_i // 2
@@ -474,7 +573,9 @@ def moe_a16wi4(
     x = x.contiguous()
     routing = align_by_expert(topk_ids, experts, cfg["BLOCK_M"])
     acc = torch.empty(t, d, dtype=torch.float32, device=x.device)
-    h = moe_a16wi4_stage1(x, w1, routing, topk, cfg, zero=acc)
+    if cfg.get("split_k1", 1) > 1 and workspace is None:
+        workspace = split_workspace(t, topk, inter, x.device)
+    h = moe_a16wi4_stage1(x, w1, routing, topk, cfg, zero=acc, part=workspace)
     moe_a16wi4_stage2(h, w2, routing, topk_weights.to(torch.float32).contiguous(), acc, cfg)
     if out is None:
         out = torch.empty(t, d, dtype=torch.bfloat16, device=x.device)
@@ -492,6 +593,8 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         tuned = True
     check_config(cfg, d, i, g)
 
+    splits = split_k_steps(d, cfg["BLOCK_K1"], cfg.get("split_k1", 1))[1]
+
     def prepare(inputs: dict) -> dict:
         return {
             "x": inputs["x"],
@@ -499,15 +602,18 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
             "w2": prepare_weights(inputs["w2_q"], inputs["w2_scale"]),
             "topk_ids": inputs["topk_ids"],
             "topk_weights": inputs["topk_weights"],
+            # one split-K workspace per prepared input set (sets are timed interleaved)
+            "ws": split_workspace(t, k, i, inputs["x"].device) if splits > 1 else None,
         }
 
     def run(p: dict, out: torch.Tensor) -> torch.Tensor:
-        return moe_a16wi4(p["x"], p["w1"], p["w2"], p["topk_ids"], p["topk_weights"], out=out, config=cfg)
+        return moe_a16wi4(p["x"], p["w1"], p["w2"], p["topk_ids"], p["topk_weights"], out=out, config=cfg,
+                          workspace=p["ws"])
 
     return KernelLaunch(
         name="triton_sm90_moe_a16wi4",
         run=run,
         prepare=prepare,
         expect_kernels=EXPECT_KERNELS,
-        describe={"backend": "triton", "config": cfg, "tuned": tuned, "launches": 5},
+        describe={"backend": "triton", "config": cfg, "tuned": tuned, "launches": 6 if splits > 1 else 5},
     )
