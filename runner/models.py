@@ -103,9 +103,18 @@ class Match(_Model):
     criteria: list[Criterion] = Field(default_factory=list)
 
 
+class CardProblem(_Model):
+    """A card or fact file that is not used because it failed to load or to lint."""
+
+    path: Optional[str] = None
+    field: Optional[str] = None
+    reason: str
+
+
 class MatchReport(_Model):
     profile: str
     arch: Optional[str]
+    card_problems: list[CardProblem] = Field(default_factory=list)  # cards left out of matching, and why
     matches: list[Match] = Field(default_factory=list)  # matched=True
     near_misses: list[Match] = Field(default_factory=list)
     unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
@@ -136,5 +145,6 @@ class PlanItem(_Model):
 class Plan(_Model):
     profile: str
     arch: Optional[str]
+    card_problems: list[CardProblem] = Field(default_factory=list)  # cards left out of matching, and why
     items: list[PlanItem] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
