@@ -85,6 +85,9 @@ class Profile(_Model):
     unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
     linked_calls: int = 0  # kernel calls linked to an op with shapes
     warnings: list[str] = Field(default_factory=list)
+    # Values the trace cannot mean, by kind (negative_duration, non_finite_duration,
+    # non_finite_timestamp, absurd_shape): counted and left out, never clamped into the numbers.
+    anomalies: dict[str, int] = Field(default_factory=dict)
 
 
 class Criterion(_Model):

@@ -23,7 +23,7 @@ def clean(data: Any) -> Any:
     while stack:
         src, parent, key = stack.pop()
         if isinstance(src, dict):
-            dst: Any = {}
+            dst: Any = dict.fromkeys(src)  # keys in their order; values filled below
             parent[key] = dst
             for k, v in src.items():
                 stack.append((v, dst, k))
