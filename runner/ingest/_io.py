@@ -7,7 +7,10 @@ from __future__ import annotations
 import csv
 import gzip
 import os
+import signal
+import threading
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -29,6 +32,25 @@ def csv_reader(lines):
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:
         csv.field_size_limit(_CSV_FIELD_LIMIT)
     return csv.reader(lines)
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While reading, SIGTERM unwinds the stack (SystemExit) like Ctrl-C does, so the ``finally``
+    blocks that remove decompressed temporary traces run; SIGTERM's default would kill the
+    process on the spot and leave gigabytes in /tmp. An application's own handler is left alone."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def _unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def file_size(path: Path) -> int:

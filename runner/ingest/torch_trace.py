@@ -107,22 +107,23 @@ def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = N
     size_hint = _io.content_size_hint(path)
     builder = ProfileBuilder(str(path), FORMAT)
     _mark("start")
-    try:
-        if size_hint <= small_limit:
-            handles, props = _read_small(path, progress)
-        else:
-            handles, props = _read_large(path, progress, workers)
-    except BaseException:
-        while _CLEANUP:
-            _CLEANUP.pop()()
-        raise
-    try:
-        _link(handles, builder)
-    finally:
-        for h in handles:
-            h.close()
-        while _CLEANUP:
-            _CLEANUP.pop()()
+    with _io.sigterm_unwinds():  # Ctrl-C and SIGTERM both remove the decompressed temporary trace
+        try:
+            if size_hint <= small_limit:
+                handles, props = _read_small(path, progress)
+            else:
+                handles, props = _read_large(path, progress, workers)
+        except BaseException:
+            while _CLEANUP:
+                _CLEANUP.pop()()
+            raise
+        try:
+            _link(handles, builder)
+        finally:
+            for h in handles:
+                h.close()
+            while _CLEANUP:
+                _CLEANUP.pop()()
     amd = builder.vendor_hint == "amd"
     builder.devices = devices_from_kineto(props, amd, builder.warnings)
     if not builder.devices and builder.kernel_devices:

@@ -70,11 +70,12 @@ class SkillIndex:
 
         Matching must never run on a card lint refuses (a regex RE2 rejects, a predicate past the
         bounds, a kernel reference that does not exist), and must never drop it silently either.
+        (Whether the evidence files a card lists exist is lint's business alone: see lint_card.)
         """
         from skillrun.kb.lint import lint_card
 
         for cid, card in list(self.skills.items()):
-            errs = lint_card(card, self)
+            errs = lint_card(card, self, evidence=False)
             if errs:
                 del self.skills[cid]
                 self._reject(card.path, errs)
