@@ -24,6 +24,7 @@ from skillrun.atomic import is_temp_name, write_atomic
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
 from skillrun.kb.paths import kb_root, schema_path
+from skillrun.redact import scrub
 from skillrun.regular_files import read_regular
 
 
@@ -108,6 +109,9 @@ def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     evidence anywhere); the file appears under its final name only once complete (see
     :mod:`skillrun.atomic`), and leftovers of killed writers in that folder are removed.
     """
+    # Trace-derived text (kernel/op names, the command line) is scrubbed once more before it
+    # becomes evidence that reports and agents will show.
+    record = scrub(record)
     validate_record(record)
     base = Path(root) if root is not None else kb_root() / "validation"
     folder = base / _slug(record["card"]["id"])
@@ -146,4 +150,4 @@ def load_artifact(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SkillRunError("validation artifact is not a mapping", path=str(path))
     validate_record(data, where=str(path))
-    return data
+    return scrub(data)  # what reports and agents show of it

@@ -313,3 +313,19 @@ def test_non_finite_and_negative_csv_timestamps_are_counted(tmp_path):
     prof = ingest(p)
     assert prof.anomalies == {"negative_duration": 1, "non_finite_timestamp": 2}, prof.anomalies
     assert math.isfinite(prof.total_kernel_us)
+
+
+def test_evidence_and_the_html_report_carry_no_token(tmp_path):
+    from skillrun.report import load_artifacts, write_html
+    from skillrun.validation import write_artifact
+
+    rec = _record(tmp_path)
+    rec["command"] = "skill-run --profile run_hf_q.json  # with HF_TOKEN=abc and nvapi-k"
+    rec["reason"] = "kernel void gemm<ghp_7> ran"
+    art = write_artifact(copy.deepcopy(rec), root=tmp_path / "validation")
+    text = art.read_text()
+    assert "nvapi-k" not in text and "ghp_7" not in text and "abc" not in text.split("HF_TOKEN=")[1][:5]
+    # An artifact edited by hand to carry a token is scrubbed when read for the report.
+    art.write_text(text.replace("<redacted>", "glpat-zz", 1))
+    page = write_html(load_artifacts([tmp_path / "validation"]), tmp_path / "r.html").read_text()
+    assert "glpat-zz" not in page and "ghp_7" not in page
