@@ -329,3 +329,22 @@ def test_evidence_and_the_html_report_carry_no_token(tmp_path):
     art.write_text(text.replace("<redacted>", "glpat-zz", 1))
     page = write_html(load_artifacts([tmp_path / "validation"]), tmp_path / "r.html").read_text()
     assert "glpat-zz" not in page and "ghp_7" not in page
+
+
+def test_negative_sqlite_durations_are_counted_not_summed(tmp_path):
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "neg.db"
+    shutil.copy(REPO / "tests" / "fixtures" / "rocpd.synthetic.db", db)
+    before = ingest(db).total_kernel_us
+    con = sqlite3.connect(db)
+    table = con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd_kernel_dispatch%'"
+                        ).fetchone()[0]
+    one = con.execute(f'SELECT rowid, "end" - "start" FROM "{table}" ORDER BY rowid LIMIT 1').fetchone()
+    con.execute(f'UPDATE "{table}" SET "end" = "start" - 1000000 WHERE rowid = ?', (one[0],))
+    con.commit()
+    con.close()
+    prof = ingest(db)
+    assert prof.anomalies == {"negative_duration": 1}
+    assert prof.total_kernel_us == pytest.approx(before - one[1] / 1000.0)  # not before - 1000 µs

@@ -21,7 +21,9 @@ MAX_CHARS = 6000
 
 
 def dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, default=str)
+    from skillrun.strict_json import dumps as strict_dumps
+
+    return strict_dumps(data, ensure_ascii=False)  # no NaN/Infinity: a client's JSON parser must accept it
 
 
 def ok(**payload: Any) -> dict[str, Any]:

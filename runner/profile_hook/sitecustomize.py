@@ -119,6 +119,7 @@ class _Controller:
         self.torch = torch
         self.Action = ProfilerAction
         self.out = cfg["out"]
+        self.hook_dir = cfg.get("hook_dir", "")  # the runner's private folder (0700, removed by the runner)
         self.status_path = cfg.get("status", "")
         self.window = _parse_window(cfg.get("steps", ""))
         self.region_mode = cfg.get("region") == "1"
@@ -228,7 +229,8 @@ class _Controller:
         # result then reaches `out` through a fresh O_EXCL temporary file beside it and a rename
         # (no predictable `OUT.partial` name a planted symlink could redirect).
         out = self.out
-        private = os.environ.get("SKILLRUN_PROFILE_HOOK_DIR") or tempfile.mkdtemp(prefix="skillrun-trace-")
+        made = not (self.hook_dir and os.path.isdir(self.hook_dir))
+        private = tempfile.mkdtemp(prefix="skillrun-trace-") if made else self.hook_dir
         raw = os.path.join(private, f"trace.{os.getpid()}.json")
         tmp = None
         try:
@@ -259,6 +261,8 @@ class _Controller:
                         os.unlink(leftover)
                     except OSError:
                         pass
+            if made:
+                shutil.rmtree(private, ignore_errors=True)
 
     def finish(self) -> None:
         if os.getpid() != self.pid:  # a forked child inherits our atexit hooks; the trace is not its to write
