@@ -37,7 +37,10 @@ def _validator():
 
 
 def validate_record(record: dict[str, Any], where: str = "<artifact>") -> None:
-    errors = sorted(_validator().iter_errors(record), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(_validator().iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        raise SkillRunError("validation artifact nests too deeply to check", path=where) from None
     if errors:
         e = errors[0]
         field = "/".join(str(p) for p in e.absolute_path) or "(top)"

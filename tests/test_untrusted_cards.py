@@ -134,6 +134,8 @@ def test_alias_bomb_is_refused_and_shared_aliases_still_load():
     with pytest.raises(bounded_yaml.ExpansionError, match="recursive"):
         bounded_yaml.load("a: &a [1, *a]")
     assert bounded_yaml.load("x: &x {tile: 64}\ny: *x\n") == {"x": {"tile": 64}, "y": {"tile": 64}}
+    with pytest.raises(bounded_yaml.ExpansionError, match="deeply"):
+        bounded_yaml.load("x: " + "[" * 50000 + "]" * 50000)  # a recursion crash before
 
 
 def test_card_whose_recipe_config_is_an_alias_bomb_fails_lint(tmp_path):

@@ -79,4 +79,8 @@ class BoundedLoader(yaml.SafeLoader):
 
 def load(text: str) -> Any:
     """Like ``yaml.safe_load``; raises :class:`yaml.YAMLError` (incl. ExpansionError) on bad input."""
-    return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - BoundedLoader is a SafeLoader
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - BoundedLoader is a SafeLoader
+    except RecursionError:
+        # PyYAML composes and constructs recursively: `[[[[…` thousands deep would escape as a crash.
+        raise ExpansionError("YAML nested too deeply") from None

@@ -47,7 +47,11 @@ def _validator(name: str):
 def schema_errors(name: str, data: dict[str, Any], path: Path) -> list[SkillRunError]:
     """Every schema violation as an error naming file, field and reason."""
     out = []
-    for e in sorted(_validator(name).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+    try:
+        found = sorted(_validator(name).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        return [SkillRunError("front matter nests too deeply to check", path=str(path))]
+    for e in found:
         field = ".".join(str(p) for p in e.absolute_path) or "(top level)"
         msg = e.message
         if e.validator == "required":
