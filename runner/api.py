@@ -22,10 +22,13 @@ from skillrun.select import parse_shape
 ProgressFn = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
-def load_index(kb: str | Path | None = None) -> SkillIndex:
+def load_index(kb: str | Path | None = None, check: bool = True) -> SkillIndex:
+    """The knowledge base; with ``check`` every card is linted and a failing one is left out of
+    matching and listed in ``index.problems`` (match and plan reports carry them as ``card_problems``)."""
     if kb is not None:
         set_kb_root(kb)
-    return SkillIndex.load()
+    index = SkillIndex.load()
+    return index.check_cards() if check else index
 
 
 def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
@@ -39,7 +42,9 @@ def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchR
 
 
 def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None) -> Plan:
-    return make_plan(profile, report, index, shapes=shapes)
+    out = make_plan(profile, report, index, shapes=shapes)
+    out.card_problems = list(report.card_problems)
+    return out
 
 
 @dataclass

@@ -33,7 +33,19 @@ def _index():
 
 
 def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    from skillrun.strict_json import dumps
+
+    sys.stdout.write(dumps(data, indent=2) + "\n")
+
+
+def _exit_on_card_problems(problems) -> None:
+    """Cards left out of matching are listed on stderr and the exit code is 1 (never silent)."""
+    if not problems:
+        return
+    for p in problems:
+        where = ": ".join(x for x in (p.path, p.field) if x)
+        err.print(f"invalid card, not used: {where}: {p.reason}", markup=False, highlight=False)
+    raise typer.Exit(EXIT_FAILURE)
 
 
 def guarded(fn):
@@ -178,6 +190,7 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, exec_kw: dict | None
         _print_analysis(a, top)
         if results is not None:
             _print_results(results)
+    _exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
     if results is not None and any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
@@ -205,6 +218,7 @@ def match_cmd(profile: Path, arch: Optional[str] = typer.Option(None, "--arch"),
         _emit_json(rep.model_dump(mode="json"))
     else:
         _print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), index)), top)
+    _exit_on_card_problems(rep.card_problems)
     if not rep.matches:
         raise typer.Exit(EXIT_NO_MATCH)
 
@@ -220,6 +234,7 @@ def plan_cmd(profile: Path, arch: Optional[str] = typer.Option(None, "--arch"), 
         _emit_json(a.plan.model_dump(mode="json"))
     else:
         _print_analysis(a, top)
+    _exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
 

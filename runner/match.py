@@ -7,12 +7,10 @@ exactly one criterion is reported as a near miss, so a reader sees why a card di
 """
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
-from skillrun.models import Criterion, KernelStat, Match, MatchReport, Profile
+from skillrun.kb.regex import RegexRejected, compile_card_regex
+from skillrun.models import CardProblem, Criterion, KernelStat, Match, MatchReport, Profile
 from skillrun.names import demangle_many, name_forms
 
 DEFAULT_DECODE_MAX_M = 64
@@ -29,11 +27,6 @@ _OP_CLASSES = {
     "aten::_scaled_grouped_mm": {"batched_gemm", "grouped_gemm", "scaled_quant_gemm"},
     "aten::_grouped_mm": {"grouped_gemm", "moe"},
 }
-
-
-@lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
 
 
 def _op_classes(op: str) -> set[str]:
@@ -65,8 +58,11 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
 
     # Identification: name regex, or launching op + arguments.
     forms = name_forms(k.name, k.demangled)
-    rx = _compiled(card.regex)
-    hit = next((f for f in forms if rx.search(f)), None)
+    try:
+        rx = compile_card_regex(card.regex)  # RE2: linear time on any name, the same check as lint
+        hit = next((f for f in forms if rx.search(f)), None)
+    except RegexRejected:
+        hit = None  # such a card never reaches matching (the index rejects it); defence in depth
     ops_spec = m["profile_signature"].get("ops", [])
     op_hit = None
     op_near = None
@@ -145,11 +141,16 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     return Match(skill_id=card.id, kernel=k.name, pct_gpu=k.pct_gpu, matched=matched, near_miss=(not matched) and near, criteria=crit)
 
 
+def card_problems(index: SkillIndex) -> list[CardProblem]:
+    """The cards this match ran without (failed to load or lint): reported, never silently dropped."""
+    return [CardProblem(path=e.path, field=e.field, reason=e.reason) for e in index.problems]
+
+
 def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchReport:
     kernels = profile.kernels[:top] if top else profile.kernels
     missing = [k.name for k in kernels if k.demangled is None]
     dem = demangle_many(missing) if missing else {}
-    report = MatchReport(profile=profile.source, arch=profile.arch)
+    report = MatchReport(profile=profile.source, arch=profile.arch, card_problems=card_problems(index))
     for k in kernels:
         if k.demangled is None and dem.get(k.name, k.name) != k.name:
             k = k.model_copy(update={"demangled": dem[k.name]})

@@ -85,6 +85,9 @@ class Profile(_Model):
     unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
     linked_calls: int = 0  # kernel calls linked to an op with shapes
     warnings: list[str] = Field(default_factory=list)
+    # Values the trace cannot mean, by kind (negative_duration, non_finite_duration,
+    # non_finite_timestamp, absurd_shape): counted and left out, never clamped into the numbers.
+    anomalies: dict[str, int] = Field(default_factory=dict)
 
 
 class Criterion(_Model):
@@ -103,9 +106,18 @@ class Match(_Model):
     criteria: list[Criterion] = Field(default_factory=list)
 
 
+class CardProblem(_Model):
+    """A card or fact file that is not used because it failed to load or to lint."""
+
+    path: Optional[str] = None
+    field: Optional[str] = None
+    reason: str
+
+
 class MatchReport(_Model):
     profile: str
     arch: Optional[str]
+    card_problems: list[CardProblem] = Field(default_factory=list)  # cards left out of matching, and why
     matches: list[Match] = Field(default_factory=list)  # matched=True
     near_misses: list[Match] = Field(default_factory=list)
     unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
@@ -136,5 +148,6 @@ class PlanItem(_Model):
 class Plan(_Model):
     profile: str
     arch: Optional[str]
+    card_problems: list[CardProblem] = Field(default_factory=list)  # cards left out of matching, and why
     items: list[PlanItem] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)

@@ -246,15 +246,18 @@ def _short(cmd: list[str]) -> str:
 
 # --------------------------------------------------------------------------- vendor tools
 def _finish_copy(found: Path, out: Path) -> Path:
-    """Copy the tool's file to `out`, gzip-compressing when `out` ends in .gz."""
-    tmp = out.with_name(out.name + ".partial")
-    if out.name.endswith(".gz") and not found.name.endswith(".gz"):
-        with open(found, "rb") as src, gzip.open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    else:
-        shutil.copyfile(found, tmp)
-    os.replace(tmp, out)
-    return out
+    """Copy the tool's file to `out` atomically, gzip-compressing when `out` ends in .gz."""
+    from skillrun.atomic import write_atomic_from
+
+    def fill(dst) -> None:
+        with open(found, "rb") as src:
+            if out.name.endswith(".gz") and not found.name.endswith(".gz"):
+                with gzip.GzipFile(fileobj=dst, mode="wb") as gz:
+                    shutil.copyfileobj(src, gz, 1 << 20)
+            else:
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+    return write_atomic_from(out, fill)
 
 
 def _collect(folder: Path, pattern: str, tool: str, cmd: list[str], rc: int, out: Path) -> Path:

@@ -1,13 +1,15 @@
 """Kernel references (``module:function``) from cards: checked without importing, resolved lazily.
 
 Lint must not import torch/triton/flydsl just to check that a card points at something real, so
-static checks read the module's source with :mod:`ast`.
+static checks read the module's source with :mod:`ast`; locating it imports nothing either (not
+even the parent packages), so no code a card names runs before ``resolve``.
 """
 from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
+import importlib.machinery
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -22,11 +24,45 @@ def split_ref(ref: str) -> tuple[str, str]:
     return module, attr
 
 
-def module_file(module: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+def find_spec_static(module: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of ``module`` found without executing any module code.
+
+    ``importlib.util.find_spec("a.b")`` imports ``a`` to learn its ``__path__``, so a card naming
+    ``evil.x:f`` would run ``evil/__init__.py`` during lint. Here each level is located with the
+    import system's finders (path entries, editable-install finders) and the next level is
+    searched in the parent's ``submodule_search_locations``; nothing is imported.
+    """
+    if not module or any(not part.isidentifier() for part in module.split(".")):
         return None
+    spec = None
+    search: list[str] | None = None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else None
+        if spec is None:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                try:
+                    spec = find(name, search)
+                except (ImportError, ValueError, TypeError, OSError):
+                    spec = None
+                if spec is not None:
+                    break
+        if spec is None:
+            return None
+        if i < len(parts) - 1:
+            search = list(spec.submodule_search_locations or [])
+            if not search:
+                return None  # a plain module has no submodules
+    return spec
+
+
+def module_file(module: str) -> Path | None:
+    spec = find_spec_static(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     return Path(spec.origin)
@@ -34,7 +70,9 @@ def module_file(module: str) -> Path | None:
 
 @lru_cache(maxsize=128)
 def _top_level_names(path: Path) -> dict[str, ast.AST]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    from skillrun.regular_files import read_regular
+
+    tree = ast.parse(read_regular(path, 16 << 20, "module source"), filename=str(path))
     names: dict[str, ast.AST] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -64,6 +102,8 @@ def check_ref(ref: str) -> str | None:
         names = _top_level_names(path)
     except SyntaxError as exc:
         return f"{path}: syntax error at line {exc.lineno}"
+    except (SkillRunError, ValueError, RecursionError, MemoryError) as exc:
+        return f"{path}: cannot read the module statically ({exc})"
     if attr not in names:
         return f"{module!r} defines no {attr!r}"
     return None
@@ -78,7 +118,10 @@ def module_constant(module: str, name: str) -> Any:
     path = module_file(module)
     if path is None:
         return None
-    node = _top_level_names(path).get(name)
+    try:
+        node = _top_level_names(path).get(name)
+    except (SyntaxError, SkillRunError, ValueError, RecursionError, MemoryError):
+        return None
     try:
         return ast.literal_eval(node) if node is not None else None
     except ValueError:

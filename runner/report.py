@@ -328,7 +328,6 @@ def write_html(records: list[dict[str, Any]], out: Path) -> Path:
     page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>skillrun validation report</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    from skillrun.atomic import write_atomic
+
+    return write_atomic(out, page)  # fresh temporary name + rename: a planted OUT.tmp link redirects nothing

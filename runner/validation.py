@@ -2,7 +2,7 @@
 
 Re-running never destroys earlier evidence: every artifact gets a new, unique file name
 (UTC time + card + recipe + shape + mode), is validated against the schema *before* anything
-touches the disk, written to a temporary file in the same folder, fsync'd and renamed into place.
+touches the disk, written to a fresh temporary file in the same folder, fsync'd and linked into place.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,12 @@ from typing import Any
 import yaml
 
 from skillrun import __version__
+from skillrun.atomic import is_temp_name, write_atomic
 from skillrun.errors import SkillRunError
+from skillrun.kb import bounded_yaml
 from skillrun.kb.paths import kb_root, schema_path
+from skillrun.redact import scrub
+from skillrun.regular_files import read_regular
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +37,10 @@ def _validator():
 
 
 def validate_record(record: dict[str, Any], where: str = "<artifact>") -> None:
-    errors = sorted(_validator().iter_errors(record), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(_validator().iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        raise SkillRunError("validation artifact nests too deeply to check", path=where) from None
     if errors:
         e = errors[0]
         field = "/".join(str(p) for p in e.absolute_path) or "(top)"
@@ -95,44 +101,56 @@ def artifact_name(record: dict[str, Any]) -> str:
     return _slug(f"{stamp}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
 
 
+# An artifact is a few dozen KiB; one far past this is not evidence we wrote.
+MAX_ARTIFACT_BYTES = 4 << 20
+
+
 def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
-    """Validate and atomically write one artifact; returns its path. Never overwrites."""
+    """Validate and atomically write one artifact; returns its path. Never overwrites.
+
+    The card's folder under ``validation/`` must be a real folder (a symlink there could send
+    evidence anywhere); the file appears under its final name only once complete (see
+    :mod:`skillrun.atomic`), and leftovers of killed writers in that folder are removed.
+    """
+    # Trace-derived text (kernel/op names, the command line) is scrubbed once more before it
+    # becomes evidence that reports and agents will show.
+    record = scrub(record)
     validate_record(record)
     base = Path(root) if root is not None else kb_root() / "validation"
     folder = base / _slug(record["card"]["id"])
+    if folder.is_symlink():
+        raise SkillRunError("refusing to write evidence through a symlinked folder", path=str(folder))
     folder.mkdir(parents=True, exist_ok=True)
     name = artifact_name(record)
-    target = folder / name
-    n = 1
-    while target.exists():
-        target = folder / name.replace(".yaml", f"_{n}.yaml")
-        n += 1
     text = yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # os.link fails if the target appeared meanwhile: evidence is never clobbered.
-        os.link(tmp, target)
-    except FileExistsError:
-        target = folder / name.replace(".yaml", f"_{os.getpid()}.yaml")
-        os.link(tmp, target)
-    finally:
+    for n in range(1000):
+        target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
+        if os.path.lexists(target):
+            continue
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    return target
+            # replace=False: os.link fails if the name appeared meanwhile, so evidence is never clobbered.
+            return write_atomic(target, text, replace=False, no_symlink_folder=True)
+        except FileExistsError:
+            continue
+    raise SkillRunError("more than 1000 artifacts with the same name", path=str(folder))
+
+
+def artifact_files(folder: Path) -> list[Path]:
+    """Every artifact under ``folder`` (sorted), leaving out temporary files of interrupted writes."""
+    return sorted(p for p in Path(folder).rglob("*.yaml") if not is_temp_name(p.name))
 
 
 def load_artifact(path: Path) -> dict[str, Any]:
+    """Read one artifact: a regular file of bounded size, YAML without alias bombs, schema-valid."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SkillRunError(f"cannot read validation artifact: {exc}", path=str(path)) from None
+        text = read_regular(Path(path), MAX_ARTIFACT_BYTES, "validation artifact").decode("utf-8")
+        data = bounded_yaml.load(text)
+    except SkillRunError as exc:
+        raise SkillRunError(f"cannot read validation artifact: {exc.reason}", path=str(path)) from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SkillRunError(f"cannot read validation artifact: {problem}", path=str(path)) from None
     if not isinstance(data, dict):
         raise SkillRunError("validation artifact is not a mapping", path=str(path))
     validate_record(data, where=str(path))
-    return data
+    return scrub(data)  # what reports and agents show of it

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,9 @@ MAX_CHARS = 6000
 
 
 def dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, default=str)
+    from skillrun.strict_json import dumps as strict_dumps
+
+    return strict_dumps(data, ensure_ascii=False)  # no NaN/Infinity: a client's JSON parser must accept it
 
 
 def ok(**payload: Any) -> dict[str, Any]:
@@ -98,24 +98,16 @@ def write_analysis_json(data: dict[str, Any], validation_root: Path, stem: str) 
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-")[:60] or "profile"
     name = f"{stamp}_{safe}.json"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(scrub(data), indent=1, default=str))
-            fh.flush()
-            os.fsync(fh.fileno())
-        target = folder / name
-        n = 1
-        while True:
-            try:
-                os.link(tmp, target)  # fails instead of clobbering an existing file
-                break
-            except FileExistsError:
-                target = folder / name.replace(".json", f"_{n}.json")
-                n += 1
-    finally:
+    from skillrun.atomic import write_atomic
+
+    text = json.dumps(scrub(data), indent=1, default=str)
+    if folder.is_symlink():
+        raise SkillRunError("refusing to write through a symlinked folder", path=str(folder))
+    for n in range(1000):
+        target = folder / (name if n == 0 else name.replace(".json", f"_{n}.json"))
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    return target
+            # Fresh temporary + link: never clobbers an existing file, never follows a planted link.
+            return write_atomic(target, text, replace=False, no_symlink_folder=True)
+        except FileExistsError:
+            continue
+    raise SkillRunError("more than 1000 saved analyses with the same name", path=str(folder))

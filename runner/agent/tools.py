@@ -25,7 +25,10 @@ from skillrun.agent import schemas as S
 from skillrun.agent.results import MAX_CHARS, dumps, error_result, fit, ok, write_analysis_json
 from skillrun.agent.safety import PathGuard, scrub
 from skillrun.errors import SkillRunError, UsageError
+from skillrun.kb import bounded_yaml
 from skillrun.kb.index import SkillIndex
+from skillrun.regular_files import read_regular
+from skillrun.validation import MAX_ARTIFACT_BYTES
 from skillrun.plan import problem_keys
 from skillrun.select import parse_shape
 
@@ -237,8 +240,8 @@ class AgentTools:
         # Only analyses this tool set saved are read as JSON: read_validation is not a general file reader.
         if path.suffix == ".json" and path.parent.name == "_analysis":
             try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
+                data = json.loads(read_regular(path, 64 << 20, "saved analysis"))
+            except (OSError, ValueError, SkillRunError) as exc:
                 raise SkillRunError(f"cannot read saved analysis: {exc}", path=str(path)) from None
             return ok(path=self._rel(path), kind="saved analysis (not a validation artifact)", data=data,
                       full_result=self._rel(path))
@@ -260,9 +263,10 @@ class AgentTools:
         rows = []
         for p in files[:limit]:
             try:
-                rec = yaml.safe_load(p.read_text()) or {}
+                # Bounded like every artifact read: a regular file, size-capped, no alias bombs.
+                rec = bounded_yaml.load(read_regular(p, MAX_ARTIFACT_BYTES, "validation artifact").decode("utf-8")) or {}
                 rows.append(_artifact_row(rec, self._rel(p)))
-            except (OSError, yaml.YAMLError) as exc:
+            except (OSError, yaml.YAMLError, UnicodeDecodeError, SkillRunError) as exc:
                 rows.append({"path": self._rel(p), "unreadable": str(exc).splitlines()[0]})
         return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
                   hint="read one with read_validation(path=...)" if rows else "no validation artifacts yet")
@@ -328,7 +332,8 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
                  "distinct_kernels": len(p.kernels), "linked_calls": p.linked_calls,
                  "unattributed_ms": round(p.unattributed_us / 1e3, 4),
                  "graph_replay": p.graph_replay.model_dump() if p.graph_replay.detected else None,
-                 "warnings": p.warnings[:5]},
+                 "warnings": p.warnings[:5], "anomalies": p.anomalies},
+        invalid_cards=[c.model_dump() for c in a.matches.card_problems],
         hot_kernels=kernels,
         matches=[_match(m, False) for m in a.matches.matches],
         near_misses=[_match(m, True) for m in a.matches.near_misses],

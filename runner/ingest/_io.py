@@ -4,9 +4,13 @@ Only stdlib here (plus nothing heavy), because worker processes import this modu
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import os
+import signal
+import threading
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -18,6 +22,37 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_TRACE_BYTES = 64 << 30
 
 
+# The csv module refuses fields over 128 KiB by default; a long kernel name or args column is
+# valid CSV, and the whole file is already size-capped, so the field limit is lifted to the cap.
+_CSV_FIELD_LIMIT = 2**31 - 1
+
+
+def csv_reader(lines):
+    """``csv.reader`` that accepts fields of any length (up to the file's own size cap)."""
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
+    return csv.reader(lines)
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While reading, SIGTERM unwinds the stack (SystemExit) like Ctrl-C does, so the ``finally``
+    blocks that remove decompressed temporary traces run; SIGTERM's default would kill the
+    process on the spot and leave gigabytes in /tmp. An application's own handler is left alone."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def _unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def file_size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -26,15 +61,14 @@ def file_size(path: Path) -> int:
 
 
 def check_readable(path: Path) -> None:
-    if not path.exists():
+    """A regular, openable file; a FIFO, device or socket is refused at once (it would block or never end)."""
+    from ..regular_files import open_regular
+
+    if not os.path.lexists(path):
         raise InputError("file not found", path=str(path))
     if path.is_dir():
         raise InputError("is a directory, expected a trace file", path=str(path))
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot open file ({exc.strerror or exc})", path=str(path)) from None
+    os.close(open_regular(path, "trace file"))
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:

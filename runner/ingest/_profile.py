@@ -4,15 +4,40 @@ Every reader reduces its input to calls of ``ProfileBuilder.add`` — one per (k
 launching op, graph or not) group — and the builder does the rest the same way for all formats:
 ranking, shares, op aggregation, shape recovery (:mod:`skillrun.shapes`), provenance, and the
 time we could not attribute to a shape.
+
+Values a trace cannot mean (a negative or non-finite duration, a problem dimension past 2**31) are
+never silently clamped into the numbers: each is counted in ``Profile.anomalies`` and summarised in
+a warning; the bad time is left out of every share and the bad shape is not planned.
+
+Every string kept from the trace (kernel and op names, ``Input type``, ``Concrete Inputs``, device
+names, warnings) is scrubbed of secrets here, once, so ``--json``, reports and agent results all
+see the same redacted text.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import shapes
+from ..redact import scrub, scrub_text
 from ..models import DeviceInfo, GraphReplay, KernelStat, OpCall, Profile
 from .arch import dedupe_warnings, resolve_arch
+
+
+# No GEMM/MoE dimension reaches 2**31 (a 2**31-row fp8 operand alone is 2 GiB per column).
+MAX_DIM = 1 << 31
+
+# Profile.anomalies keys
+NEGATIVE_DURATION = "negative_duration"
+NON_FINITE_DURATION = "non_finite_duration"
+NON_FINITE_TIMESTAMP = "non_finite_timestamp"
+ABSURD_SHAPE = "absurd_shape"
+
+
+def absurd_dims(shape: Optional[dict]) -> bool:
+    """A recovered problem shape no real kernel has (negative, or a dimension >= 2**31)."""
+    return bool(shape) and any(not isinstance(v, int) or v < 0 or v >= MAX_DIM for v in shape.values())
 
 
 @dataclass(frozen=True)
@@ -93,14 +118,24 @@ class ProfileBuilder:
         self.graph_launches = 0
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
+        self.anomalies: dict[str, int] = {}
+
+    def note(self, kind: str, n: int = 1) -> None:
+        """Count ``n`` values of one anomaly kind (see the module docstring)."""
+        if n > 0:
+            self.anomalies[kind] = self.anomalies.get(kind, 0) + n
 
     def add(self, name: str, total_us: float, calls: int = 1, device: Optional[int] = None,
             op: Optional[OpRef] = None, graph: bool = False, grid: Any = None, block: Any = None,
             demangled: Optional[str] = None) -> None:
         if not isinstance(name, str) or not name:
             name = "<unnamed kernel>"
-        total_us = float(total_us) if total_us == total_us else 0.0  # NaN → 0
-        if total_us < 0:
+        total_us = float(total_us)
+        if not math.isfinite(total_us):
+            self.note(NON_FINITE_DURATION, calls)
+            total_us = 0.0  # left out of every share (counted, reported)
+        elif total_us < 0:
+            self.note(NEGATIVE_DURATION, calls)
             total_us = 0.0
         k = self._k.get(name)
         if k is None:
@@ -146,19 +181,27 @@ class ProfileBuilder:
                 ref = agg.ref
                 if ref.dims is not None:
                     sh = shapes.op_shape(ref.name, _thaw(ref.dims), _thaw(ref.types), _thaw(ref.concrete))
-                    ops.append(OpCall(op=ref.name, input_dims=_thaw(ref.dims), input_types=_thaw(ref.types),
-                                      input_strides=_thaw(ref.strides), concrete_inputs=_thaw(ref.concrete),
-                                      calls=agg.calls, total_us=round(agg.total_us, 3), shape=sh.shape,
-                                      dtype=sh.dtype, scale_recipe=sh.scale_recipe, provenance="trace"))
+                    shape, prov = sh.shape, "trace"
+                    if absurd_dims(shape):
+                        self.note(ABSURD_SHAPE, agg.calls)
+                        shape, prov = None, "unresolved"  # never planned
+                    ops.append(OpCall(op=scrub_text(ref.name), input_dims=_thaw(ref.dims),
+                                      input_types=scrub(_thaw(ref.types)), input_strides=_thaw(ref.strides),
+                                      concrete_inputs=scrub(_thaw(ref.concrete)), calls=agg.calls,
+                                      total_us=round(agg.total_us, 3), shape=shape, dtype=sh.dtype,
+                                      scale_recipe=sh.scale_recipe, provenance=prov))
                 else:
-                    ops.append(OpCall(op=ref.name, calls=agg.calls, total_us=round(agg.total_us, 3),
+                    ops.append(OpCall(op=scrub_text(ref.name), calls=agg.calls, total_us=round(agg.total_us, 3),
                                       provenance="unresolved"))
             provenance = "trace" if k.linked_calls else "unresolved"
             unattr = k.unlinked_us
             if k.unlinked_calls:
                 named = shapes.shape_from_kernel_name(k.name)
+                if named is not None and absurd_dims(named.shape):
+                    self.note(ABSURD_SHAPE, k.unlinked_calls)
+                    named = None
                 if named is not None:
-                    ops.append(OpCall(op=k.name.split("<", 1)[0].replace("void ", "").strip(),
+                    ops.append(OpCall(op=scrub_text(k.name.split("<", 1)[0].replace("void ", "").strip()),
                                       calls=k.unlinked_calls, total_us=round(k.unlinked_us, 3),
                                       shape=named.shape, dtype=named.dtype, provenance="kernel-name"))
                     if not k.linked_calls:
@@ -166,7 +209,7 @@ class ProfileBuilder:
                     unattr = 0.0
             device = next(iter(k.devices)) if len(k.devices) == 1 else None
             stats.append(KernelStat(
-                name=k.name, demangled=k.demangled, total_us=round(k.total_us, 3), calls=k.calls,
+                name=scrub_text(k.name), demangled=scrub_text(k.demangled) if k.demangled else None, total_us=round(k.total_us, 3), calls=k.calls,
                 pct_gpu=round(100.0 * k.total_us / total, 4) if total > 0 else 0.0,
                 avg_us=round(k.total_us / k.calls, 3) if k.calls else 0.0, device=device, ops=ops,
                 shape_provenance=provenance, graph_replayed_calls=k.graph_calls,
@@ -180,10 +223,18 @@ class ProfileBuilder:
         resolved = resolve_arch(self.devices, arch, (s.name for s in stats[:200]), warnings, self.vendor_hint)
         if not stats:
             warnings.append("no GPU kernel executions found in the trace")
+        if self.anomalies:
+            warnings.append("values the trace cannot mean were left out (not clamped into the numbers): "
+                            + ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(self.anomalies.items())))
+        for d in self.devices:
+            if d.name:
+                d.name = scrub_text(d.name)
         return Profile(
             source=self.source, format=self.format, devices=self.devices, arch=resolved,
+            anomalies=dict(sorted(self.anomalies.items())),
             total_kernel_us=round(total, 3), kernel_calls=calls, kernels=stats,
             graph_replay=GraphReplay(detected=bool(self.graph_launches or graph_calls),
                                      launches=self.graph_launches, kernel_calls=graph_calls,
                                      total_us=round(graph_us, 3)),
-            unattributed_us=round(unattributed, 3), linked_calls=linked, warnings=dedupe_warnings(warnings))
+            unattributed_us=round(unattributed, 3), linked_calls=linked,
+            warnings=[scrub_text(w) for w in dedupe_warnings(warnings)])

@@ -64,7 +64,7 @@ def find_csv_header(text: str, max_lines: int = 2000) -> tuple[Optional[str], in
         if "," not in stripped:
             continue
         try:
-            cols = next(csv.reader(io.StringIO(stripped)))
+            cols = next(_io.csv_reader(io.StringIO(stripped)))
         except (csv.Error, StopIteration):
             continue
         fmt = csv_format(cols)

@@ -6,7 +6,6 @@ values may use thousands separators). ``CC`` gives the compute capability. Leadi
 """
 from __future__ import annotations
 
-import csv
 import io
 import re
 from pathlib import Path
@@ -36,7 +35,7 @@ def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
     fmt, line = find_csv_header(text)
     if fmt is None:
         raise InputError("no ncu CSV header", path=str(path))
-    reader = csv.reader(io.StringIO("\n".join(text.splitlines()[line:])))
+    reader = _io.csv_reader(io.StringIO("\n".join(text.splitlines()[line:])))
     header = [h.strip().lower() for h in next(reader)]
     idx = {h: i for i, h in enumerate(header)}
     need = ("id", "kernel name", "metric name", "metric unit", "metric value")

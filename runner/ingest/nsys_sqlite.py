@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _sqlite
-from ._profile import ProfileBuilder
+from ._profile import NEGATIVE_DURATION, ProfileBuilder
 from .arch import nvidia_arch
 
 FORMAT = "nsys_sqlite"
@@ -40,7 +40,8 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
     name_expr = "s.value" if has_strings else f"k.{name_col}"
     join = f'LEFT JOIN "{tables["stringids"]}" s ON s.id = k.{name_col}' if has_strings else ""
     sql = (f'SELECT {name_expr}, k.{name_col}, {dev}, ({graph} IS NOT NULL) AS g, count(*), '
-           f'sum(k."end" - k."start"), min({grid.split(", ")[0]}), {grid} '
+           f'sum(max(k."end" - k."start", 0)), min({grid.split(", ")[0]}), {grid}, '
+           f'sum(k."end" < k."start") '  # negative durations: counted in Profile.anomalies, not summed
            f'FROM "{kt}" k {join} GROUP BY 2, 3, 4')
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
@@ -52,6 +53,7 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
         block_v = list(row[10:13]) if all(isinstance(v, int) for v in row[10:13]) else None
         b.add(str(name), (ns or 0) / 1000.0, int(n), device=device if isinstance(device, int) else None,
               graph=bool(g), grid=grid_v, block=block_v)
+        b.note(NEGATIVE_DURATION, int(row[13] or 0))
     rt = tables.get("cupti_activity_kind_runtime")
     if rt is not None and has_strings and "nameId" in _sqlite.columns(con, rt):
         row = con.execute(f'SELECT count(*) FROM "{rt}" r JOIN "{tables["stringids"]}" s ON s.id = r.nameId '

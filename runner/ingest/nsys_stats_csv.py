@@ -5,7 +5,6 @@ stdout noise such as ``Processing [...]`` lines before the header is skipped.
 """
 from __future__ import annotations
 
-import csv
 import io
 from pathlib import Path
 from typing import Callable, Optional
@@ -33,7 +32,7 @@ def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
     fmt, line = find_csv_header(text)
     if fmt is None:
         raise InputError("no nsys stats header (Time (%), Total Time (ns), …, Name)", path=str(path))
-    reader = csv.reader(io.StringIO("\n".join(text.splitlines()[line:])))
+    reader = _io.csv_reader(io.StringIO("\n".join(text.splitlines()[line:])))
     header = [h.strip().lower().replace(" ", "") for h in next(reader)]
     idx = {h: i for i, h in enumerate(header)}
     tot_i, n_i, name_i = idx.get("totaltime(ns)"), idx.get("instances"), idx.get("name")

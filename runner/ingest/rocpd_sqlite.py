@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _sqlite
-from ._profile import ProfileBuilder
+from ._profile import NEGATIVE_DURATION, ProfileBuilder
 from .arch import clean_gfx
 
 FORMAT = "rocpd_sqlite"
@@ -45,8 +45,10 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "amd"
     if not dispatch and "kernels" in tables:
-        for name, n, ns in con.execute('SELECT name, count(*), sum("end" - "start") FROM kernels GROUP BY name'):
+        for name, n, ns, neg in con.execute('SELECT name, count(*), sum(max("end" - "start", 0)), '
+                                            'sum("end" < "start") FROM kernels GROUP BY name'):
             b.add(str(name), (ns or 0) / 1000.0, int(n))
+            b.note(NEGATIVE_DURATION, int(neg or 0))
         return b.build(arch)
     if not dispatch:
         raise InputError("no rocpd_kernel_dispatch table (was the kernel trace enabled?)", path=str(path))
@@ -60,11 +62,12 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
         name_expr = "coalesce(s.display_name, s.kernel_name)" if "display_name" in scols else "s.kernel_name"
         agent_join = f'LEFT JOIN "{at}" a ON a.id = d.agent_id' if at else ""
         agent_idx = "coalesce(a.absolute_index, a.logical_index, d.agent_id)" if at else "d.agent_id"
-        sql = (f'SELECT {name_expr}, {agent_idx}, count(*), sum(d."end" - d."start"), '
+        sql = (f'SELECT {name_expr}, {agent_idx}, count(*), sum(max(d."end" - d."start", 0)), '
                f"min(d.workgroup_size_x), min(d.workgroup_size_y), min(d.workgroup_size_z), "
-               f"min(d.grid_size_x), min(d.grid_size_y), min(d.grid_size_z) "
+               f'min(d.grid_size_x), min(d.grid_size_y), min(d.grid_size_z), sum(d."end" < d."start") '
                f'FROM "{dt}" d LEFT JOIN "{st}" s ON s.id = d.kernel_id {agent_join} GROUP BY 1, 2')
-        for name, dev, n, ns, wx, wy, wz, gx, gy, gz in con.execute(sql):
+        for name, dev, n, ns, wx, wy, wz, gx, gy, gz, neg in con.execute(sql):
+            b.note(NEGATIVE_DURATION, int(neg or 0))  # left out of the sum above, reported instead
             block = [wx, wy, wz] if all(isinstance(v, int) and v > 0 for v in (wx, wy, wz)) else None
             grid = [gx // wx, gy // wy, gz // wz] if block and all(isinstance(v, int) for v in (gx, gy, gz)) else None
             b.add(str(name) if name is not None else "<unnamed kernel>", (ns or 0) / 1000.0, int(n),

@@ -7,8 +7,8 @@ Kernel names may carry a ``.kd`` suffix (code-object symbol): it is kept as writ
 """
 from __future__ import annotations
 
-import csv
 import io
+import math
 import re
 from pathlib import Path
 from typing import Callable, Optional
@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
-from ._profile import ProfileBuilder
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, NON_FINITE_TIMESTAMP, ProfileBuilder
 from .detect import ROCPROF_STATS_CSV, find_csv_header
 
 _AGENT_NUM = re.compile(r"(\d+)")
@@ -52,7 +52,7 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
     if found is None:
         raise InputError("no rocprof CSV header found", path=str(path))
     lines = text.splitlines()[line:]
-    reader = csv.reader(io.StringIO("\n".join(lines)))
+    reader = _io.csv_reader(io.StringIO("\n".join(lines)))
     header = [h.strip().strip('"').lower() for h in next(reader)]
     cols = {h: i for i, h in enumerate(header)}
     b = ProfileBuilder(str(path), fmt)
@@ -93,9 +93,18 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
             if s is None or e is None:
                 bad += 1
                 continue
+            if not (math.isfinite(s) and math.isfinite(e)):
+                b.note(NON_FINITE_TIMESTAMP)
+                continue
             ns = e - s
-        if ns is None or ns < 0:
+        if ns is None:
             bad += 1
+            continue
+        if not math.isfinite(ns):
+            b.note(NON_FINITE_DURATION)
+            continue
+        if ns < 0:
+            b.note(NEGATIVE_DURATION)  # reported in Profile.anomalies, not folded into the totals
             continue
         dev = None
         if agent_i is not None and agent_i < len(row):

@@ -15,7 +15,7 @@ import orjson
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
-from ._profile import ProfileBuilder
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, ProfileBuilder
 from .arch import clean_gfx
 
 FORMAT = "rocprofv3_json"
@@ -104,7 +104,11 @@ def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
                 if isinstance(gr, dict) and block and all(isinstance(v, int) and v > 0 for v in block):
                     grid = [(gr.get(c) or 0) // bv for c, bv in zip("xyz", block)]
                 g = groups[key] = [0.0, 0, grid, block]
-            g[0] += max(0.0, (e - s) / 1000.0)
+            us = (e - s) / 1000.0
+            if not 0.0 <= us < float("inf"):
+                b.note(NEGATIVE_DURATION if us < 0 else NON_FINITE_DURATION)  # counted, not clamped in
+                us = 0.0
+            g[0] += us
             g[1] += 1
         for (kid, dev), (us, n, grid, block) in groups.items():
             name, dem = names.get(kid, (f"<kernel_id {kid}>", None))

@@ -26,9 +26,9 @@ import orjson
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
-from ._jsonhead import BadJSON, walk_stream
+from ._jsonhead import BadJSON, parse_tail, skip_value, walk, walk_stream
 from ._kineto_shard import BOUNDARY, NoBoundary, Shard, detect_prefixes, worker_range
-from ._profile import OpRef, ProfileBuilder, make_opref
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, OpRef, ProfileBuilder, make_opref
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
@@ -37,6 +37,7 @@ LAST_STATS: dict = {}  # how the last Kineto read went (shards, chunks read fast
 LAST_WORKERS: list = []  # per worker process of the last large read: scan CPU seconds, peak RSS
 SMALL_LIMIT = 16 << 20  # below this (decompressed) the whole document is parsed at once
 LAUNCH_EPS_US = 1.0
+_INF = float("inf")
 
 Progress = Optional[Callable[[int, int], None]]
 
@@ -106,22 +107,23 @@ def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = N
     size_hint = _io.content_size_hint(path)
     builder = ProfileBuilder(str(path), FORMAT)
     _mark("start")
-    try:
-        if size_hint <= small_limit:
-            handles, props = _read_small(path, progress)
-        else:
-            handles, props = _read_large(path, progress, workers)
-    except BaseException:
-        while _CLEANUP:
-            _CLEANUP.pop()()
-        raise
-    try:
-        _link(handles, builder)
-    finally:
-        for h in handles:
-            h.close()
-        while _CLEANUP:
-            _CLEANUP.pop()()
+    with _io.sigterm_unwinds():  # Ctrl-C and SIGTERM both remove the decompressed temporary trace
+        try:
+            if size_hint <= small_limit:
+                handles, props = _read_small(path, progress)
+            else:
+                handles, props = _read_large(path, progress, workers)
+        except BaseException:
+            while _CLEANUP:
+                _CLEANUP.pop()()
+            raise
+        try:
+            _link(handles, builder)
+        finally:
+            for h in handles:
+                h.close()
+            while _CLEANUP:
+                _CLEANUP.pop()()
     amd = builder.vendor_hint == "amd"
     builder.devices = devices_from_kineto(props, amd, builder.warnings)
     if not builder.devices and builder.kernel_devices:
@@ -143,7 +145,9 @@ def _read_small(path: Path, progress: Progress) -> tuple[list, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InputError(f"corrupt or truncated trace JSON ({exc})", path=str(path)) from None
+        if "depth limit" not in str(exc) and "recursion" not in str(exc):
+            raise InputError(f"corrupt or truncated trace JSON ({exc})", path=str(path)) from None
+        doc = _load_deep(path, data)
     del data
     if isinstance(doc, list):
         events, props = doc, None
@@ -157,6 +161,29 @@ def _read_small(path: Path, progress: Progress) -> tuple[list, Any]:
     shard = Shard()
     shard.add_events(events)
     return [_Local(shard)], props
+
+
+def _load_deep(path: Path, data: bytes) -> Any:
+    """A valid trace whose metadata nests deeper than orjson's limit (1024): the top level is
+    walked with the iterative skipper, values too deep to decode are dropped, and only the event
+    list is decoded (an event list that itself nests that deep is refused as such)."""
+    text = data.decode("latin-1")
+    try:
+        top = walk(text, {"traceEvents"}, None, complete=True)
+        if top.kind == "array":
+            start, end = top.stop_value_pos, len(data)
+        else:
+            if top.stop_key != "traceEvents":
+                return top.values
+            start = top.stop_value_pos
+            end = skip_value(text, start, True) if text[start] in "[{" else start
+        events = orjson.loads(data[start:end]) if end > start else None
+        doc: Any = events if top.kind == "array" else {**top.values, "traceEvents": events, **parse_tail(text[end:])}
+    except BadJSON as exc:
+        raise _parse_error(path, exc) from None
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"trace events nest deeper than 1024 levels or are corrupt ({exc})", path=str(path)) from None
+    return doc
 
 
 # ---------------------------------------------------------------------- large files
@@ -569,9 +596,16 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     bad_sigs = 0
     groups: dict[tuple, list] = {}
     kernel_devices: set[int] = set()
+    negative = infinite = 0
     for ti, t in enumerate(tables):
         names = t["names"]
         for nid, dur, dev, g, l, key in zip(t["kname"], t["kdur"], t["kdev"], t["kgraph"], t["launch"], link[ti]):
+            if not 0.0 <= dur < _INF:  # one comparison per kernel: a negative or infinite duration
+                if dur < 0:
+                    negative += 1
+                else:
+                    infinite += 1
+                dur = 0.0  # counted in Profile.anomalies, left out of the shares
             graph = bool(g) or (l is not None and l[1])
             gk = (names[nid], dev, key, graph)
             acc = groups.get(gk)
@@ -609,6 +643,8 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         grid, block = chosen.get(name, (None, None))
         builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block)
     _mark("aggregate")
+    builder.note(NEGATIVE_DURATION, negative)
+    builder.note(NON_FINITE_DURATION, infinite)
     if bad_sigs:
         builder.warnings.append(f"{bad_sigs} launching ops had unreadable argument records (shapes skipped)")
     builder.kernel_devices = kernel_devices

@@ -11,7 +11,12 @@ from typing import Any
 import yaml
 
 from skillrun.errors import SkillRunError
+from skillrun.kb import bounded_yaml
 from skillrun.kb.paths import schema_path
+from skillrun.regular_files import read_regular
+
+# Real cards are under 60 KiB; a card far past that is a mistake or an attack, not knowledge.
+MAX_CARD_BYTES = 512 << 10
 
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
 
@@ -21,7 +26,7 @@ def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     if not m:
         raise SkillRunError("no YAML front matter (the file must start with a '---' line and close it with another)", path=str(path))
     try:
-        data = yaml.safe_load(m.group(1))
+        data = bounded_yaml.load(m.group(1))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 2}" if mark is not None else "front matter"
@@ -42,7 +47,11 @@ def _validator(name: str):
 def schema_errors(name: str, data: dict[str, Any], path: Path) -> list[SkillRunError]:
     """Every schema violation as an error naming file, field and reason."""
     out = []
-    for e in sorted(_validator(name).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+    try:
+        found = sorted(_validator(name).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    except RecursionError:
+        return [SkillRunError("front matter nests too deeply to check", path=str(path))]
+    for e in found:
         field = ".".join(str(p) for p in e.absolute_path) or "(top level)"
         msg = e.message
         if e.validator == "required":
@@ -134,13 +143,20 @@ class FactCard:
         return {"id": self.id, "path": str(self.path), **self.data, "body": self.body}
 
 
+def read_card_text(path: Path, what: str = "card") -> str:
+    """A card's text: a regular file (never a FIFO or device), at most MAX_CARD_BYTES, UTF-8."""
+    try:
+        return read_regular(path, MAX_CARD_BYTES, what).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SkillRunError(f"cannot read {what}: not UTF-8 ({exc.reason} at byte {exc.start})", path=str(path)) from None
+    except SkillRunError as exc:
+        raise SkillRunError(f"cannot read {what}: {exc.reason}", path=str(path)) from None
+
+
 def read_skill(path: Path) -> tuple[SkillCard | None, list[SkillRunError]]:
     """Parse and schema-check one SKILL.md; returns the card (None if unusable) and all errors."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [SkillRunError(f"cannot read card: {exc}", path=str(path))]
-    try:
+        text = read_card_text(path)
         data, body = split_front_matter(text, path)
     except SkillRunError as exc:
         return None, [exc]
@@ -156,10 +172,8 @@ def read_skill(path: Path) -> tuple[SkillCard | None, list[SkillRunError]]:
 
 def read_fact(path: Path) -> tuple[FactCard | None, list[SkillRunError]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_card_text(path, "fact card")
         data, body = split_front_matter(text, path)
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [SkillRunError(f"cannot read fact card: {exc}", path=str(path))]
     except SkillRunError as exc:
         return None, [exc]
     errors = schema_errors("fact", data, path)

@@ -17,33 +17,83 @@ def device_fact_id(arch: str) -> str:
 
 @dataclass
 class SkillIndex:
+    """Every usable card of a knowledge base, and every problem that kept a card out.
+
+    A card that fails to read, to match the schema, to carry its folder's id, or (after
+    :meth:`check_cards`) to lint is *not* usable: it is left out of ``skills`` and its file and
+    reasons are in ``errors`` and ``rejected``, so that match/plan can report it (and exit 1)
+    instead of silently matching without it. A duplicate id is an error; the first card keeps
+    the id, the later one is rejected, never an override.
+    """
+
     root: Path
     skills: dict[str, SkillCard] = field(default_factory=dict)
     facts: dict[str, FactCard] = field(default_factory=dict)
-    errors: list[SkillRunError] = field(default_factory=list)  # load-time problems (lint reports them)
+    errors: list[SkillRunError] = field(default_factory=list)  # every problem found, in file order
+    rejected: dict[str, list[SkillRunError]] = field(default_factory=dict)  # card/fact file -> why it is not used
+    card_files: int = 0  # SKILL.md files seen (usable or not)
+    fact_files: int = 0
+    checked: bool = False  # check_cards has run
+
+    def _reject(self, path: Path, errs: list[SkillRunError]) -> None:
+        self.errors += errs
+        self.rejected.setdefault(str(path), []).extend(errs)
 
     @classmethod
     def load(cls, root: Path | None = None) -> "SkillIndex":
         root = Path(root) if root is not None else kb_root()
         idx = cls(root=root)
         for path in sorted((root / "facts").glob("*.md")):
+            idx.fact_files += 1
             fact, errs = read_fact(path)
-            idx.errors += errs
-            if fact is not None:
-                if fact.id in idx.facts:
-                    idx.errors.append(SkillRunError(f"duplicate fact id {fact.id!r}", path=str(path), field="id"))
-                idx.facts[fact.id] = fact
+            if fact is not None and fact.id in idx.facts:
+                errs = errs + [SkillRunError(f"duplicate fact id {fact.id!r} (also {idx.facts[fact.id].path}); "
+                                             "this file is not used", path=str(path), field="id")]
+            if errs or fact is None:
+                idx._reject(path, errs)
+                continue
+            idx.facts[fact.id] = fact
         for path in sorted((root / "skills").glob("*/SKILL.md")):
+            idx.card_files += 1
             card, errs = read_skill(path)
-            idx.errors += errs
-            if card is not None:
-                if card.id in idx.skills:
-                    idx.errors.append(SkillRunError(f"duplicate skill id {card.id!r}", path=str(path), field="id"))
-                idx.skills[card.id] = card
+            if card is not None and card.id in idx.skills:
+                errs = errs + [SkillRunError(f"duplicate skill id {card.id!r} (also {idx.skills[card.id].path}); "
+                                             "this card is not used", path=str(path), field="id")]
+            if errs or card is None:
+                idx._reject(path, errs)
+                continue
+            idx.skills[card.id] = card
         return idx
+
+    def check_cards(self) -> "SkillIndex":
+        """Lint every usable card; one with any lint error leaves ``skills`` (reported, not used).
+
+        Matching must never run on a card lint refuses (a regex RE2 rejects, a predicate past the
+        bounds, a kernel reference that does not exist), and must never drop it silently either.
+        (Whether the evidence files a card lists exist is lint's business alone: see lint_card.)
+        """
+        from skillrun.kb.lint import lint_card
+
+        for cid, card in list(self.skills.items()):
+            errs = lint_card(card, self, evidence=False)
+            if errs:
+                del self.skills[cid]
+                self._reject(card.path, errs)
+        self.checked = True
+        return self
+
+    @property
+    def problems(self) -> list[SkillRunError]:
+        """Problems of cards and facts that are not used (what match/plan report, exit 1)."""
+        return [e for errs in self.rejected.values() for e in errs]
 
     def skill(self, skill_id: str) -> SkillCard:
         if skill_id not in self.skills:
+            for path, errs in self.rejected.items():
+                if Path(path).parent.name == skill_id:
+                    raise SkillRunError(f"card {skill_id!r} is invalid and not used: {errs[0].reason}"
+                                        + (f" (and {len(errs) - 1} more problems; run `skill-run lint`)" if len(errs) > 1 else ""),
+                                        path=path, field=errs[0].field)
             known = ", ".join(sorted(self.skills)) or "none"
             raise UsageError(f"unknown skill {skill_id!r}", field="skill_id", hint=f"known skills: {known}")
         return self.skills[skill_id]

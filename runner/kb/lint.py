@@ -1,10 +1,6 @@
 """`skill-run lint`: every card, fact and validation artifact checked; each error names file, field, reason."""
 from __future__ import annotations
 
-import re
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,15 +8,13 @@ from skillrun.errors import SkillRunError
 from skillrun.kb import expr
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
+from skillrun.kb.regex import check_regex, compile_card_regex
 from skillrun.models import DEVICE_KEYS, SHAPE_KEYS
 from skillrun.names import MAX_NAME_LEN
 from skillrun.refs import check_module, check_ref
 from skillrun.select import select_recipe
 
-# Inputs that make backtracking regexes explode ((a+)+b style): long runs of kernel-name characters
-# with no terminating match. A sound card regex handles each in well under a millisecond.
-_ADVERSARIAL = ["a" * 3000 + "!", "_" * 3000 + "!", "kernel_" * 500 + "!", "<" * 1000 + "x" * 1000, "0u, " * 800 + "!"]
-REGEX_BUDGET_S = 0.5
+__all__ = ["LintReport", "check_regex", "lint", "lint_card"]
 
 
 @dataclass
@@ -36,43 +30,19 @@ class LintReport:
         return {"ok": self.ok, "checked": self.checked, "errors": [{"path": e.path, "field": e.field, "reason": e.reason} for e in self.errors]}
 
 
-class _Slow(Exception):
-    pass
+# A plausible large GEMM; device keys come from the card's first generation's fact card.
+PROBE_SHAPE = {"M": 8192, "N": 8192, "K": 8192, "batch": 64, "tokens": 8192, "experts": 256, "topk": 8,
+               "model_dim": 8192, "inter_dim": 8192, "group_size": 128}
 
 
-@contextmanager
-def _time_limit(seconds: float):
-    # SIGALRM interrupts the regex engine between bytecodes (Python's re releases to signal handlers),
-    # so a catastrophic pattern is cut off instead of hanging lint. Main thread only.
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise _Slow()
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def _probe(text: str, env: dict) -> None:
+    """Evaluate on the probe env; only a bound violation is a lint error (values may be out of domain)."""
     try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def check_regex(pattern: str) -> str | None:
-    """None if the pattern compiles and stays fast on adversarial inputs; else the reason."""
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        return f"invalid regex: {exc}"
-    try:
-        with _time_limit(REGEX_BUDGET_S):
-            for s in _ADVERSARIAL:
-                rx.search(s[:MAX_NAME_LEN])
-    except _Slow:
-        return f"regex is catastrophic (backtracking took over {REGEX_BUDGET_S}s on a {len(s)}-character name)"
-    return None
+        expr.evaluate(text, env)
+    except expr.BoundExceeded:
+        raise
+    except expr.ExprError:
+        pass
 
 
 def _err(errors: list[SkillRunError], card_or_path, field: str, reason: str) -> None:
@@ -80,7 +50,10 @@ def _err(errors: list[SkillRunError], card_or_path, field: str, reason: str) -> 
     errors.append(SkillRunError(reason, path=str(path), field=field))
 
 
-def lint_card(card: SkillCard, index: SkillIndex) -> list[SkillRunError]:
+def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list[SkillRunError]:
+    """Every problem of one card. ``evidence=False`` leaves out the check that the files listed
+    under ``validation.artifacts`` exist: those live outside the card (an installed wheel ships
+    no kernels/*/results), and a missing one does not make the card unsafe to match with."""
     errors: list[SkillRunError] = []
     regex = card.regex
     bad = check_regex(regex)
@@ -108,11 +81,19 @@ def lint_card(card: SkillCard, index: SkillIndex) -> list[SkillRunError]:
     if card.data["default_recipe"] not in names:
         _err(errors, card, "default_recipe", f"{card.data['default_recipe']!r} is not one of the recipes {names}")
     vocab = set(SHAPE_KEYS) | set(DEVICE_KEYS)
+    probe = {k: PROBE_SHAPE.get(k, 1) for k in SHAPE_KEYS}
+    probe.update({k: v for k, v in index.device_facts(card.gens[0] if card.gens else None).items() if k in DEVICE_KEYS})
     for i, r in enumerate(card.recipes):
         try:
             unknown = expr.names(r.when) - vocab
             if unknown:
                 _err(errors, card, f"recipes.{i}.when", f"unknown name(s) {sorted(unknown)} in `{r.when}` (known: {sorted(vocab)})")
+            else:
+                # The same bounded evaluator as matching, on a probe shape: a predicate that blows a
+                # bound ((9**64)**64, "x" * N) is refused here rather than at the first real profile.
+                _probe(r.when, probe)
+        except expr.BoundExceeded as exc:
+            _err(errors, card, f"recipes.{i}.when", f"exceeds a safety bound on the probe shape: {exc}")
         except expr.ExprError as exc:
             _err(errors, card, f"recipes.{i}.when", str(exc))
         why = check_ref(r.kernel)
@@ -122,7 +103,7 @@ def lint_card(card: SkillCard, index: SkillIndex) -> list[SkillRunError]:
     # The card's own test cases.
     tests = card.data["tests"]
     if not bad:
-        rx = re.compile(regex)
+        rx = compile_card_regex(regex)
         for i, name in enumerate(tests.get("must_match", [])):
             if not rx.search(name[:MAX_NAME_LEN]):
                 _err(errors, card, f"tests.must_match.{i}", f"{name[:120]!r} no longer matches /{regex}/")
@@ -152,7 +133,7 @@ def lint_card(card: SkillCard, index: SkillIndex) -> list[SkillRunError]:
         if "untuned" in case and bool(case["untuned"]) != sel.untuned:
             _err(errors, card, f"tests.selects.{i}.untuned", f"shape {shape} untuned={sel.untuned}, expected {case['untuned']}")
 
-    for i, art in enumerate(card.data.get("validation", {}).get("artifacts", []) or []):
+    for i, art in enumerate((card.data.get("validation", {}).get("artifacts", []) or []) if evidence else []):
         if not (index.root / art).exists():
             _err(errors, card, f"validation.artifacts.{i}", f"artifact {art!r} does not exist")
     return errors
@@ -169,13 +150,14 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
     vdir = validation_dir or (index.root / "validation")
     n_art = 0
     if vdir.is_dir():
-        from skillrun.validation import load_artifact
+        from skillrun.validation import artifact_files, load_artifact
 
-        for path in sorted(vdir.rglob("*.yaml")):
+        for path in artifact_files(vdir):
             n_art += 1
             try:
                 load_artifact(path)
             except SkillRunError as exc:
                 rep.errors.append(exc)
-    rep.checked = {"skills": len(index.skills), "facts": len(index.facts), "artifacts": n_art}
+    rep.checked = {"skills": max(index.card_files, len(index.skills)), "facts": max(index.fact_files, len(index.facts)),
+                   "artifacts": n_art}
     return rep

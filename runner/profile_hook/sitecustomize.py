@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 
 _PREFIX = "SKILLRUN_PROFILE_"
@@ -118,6 +119,7 @@ class _Controller:
         self.torch = torch
         self.Action = ProfilerAction
         self.out = cfg["out"]
+        self.hook_dir = cfg.get("hook_dir", "")  # the runner's private folder (0700, removed by the runner)
         self.status_path = cfg.get("status", "")
         self.window = _parse_window(cfg.get("steps", ""))
         self.region_mode = cfg.get("region") == "1"
@@ -223,24 +225,44 @@ class _Controller:
 
     # ---------------------------------------------------------------- output
     def _save(self, prof) -> None:
+        # The exporter writes by name, so it writes into the runner's private hook folder; the
+        # result then reaches `out` through a fresh O_EXCL temporary file beside it and a rename
+        # (no predictable `OUT.partial` name a planted symlink could redirect).
         out = self.out
-        tmp = f"{out}.{os.getpid()}.partial.json"
+        made = not (self.hook_dir and os.path.isdir(self.hook_dir))
+        private = tempfile.mkdtemp(prefix="skillrun-trace-") if made else self.hook_dir
+        raw = os.path.join(private, f"trace.{os.getpid()}.json")
+        tmp = None
         try:
-            prof.export_chrome_trace(tmp)
-            if out.endswith(".gz"):
-                tmp_gz = f"{out}.{os.getpid()}.partial.gz"
-                with open(tmp, "rb") as src, gzip.open(tmp_gz, "wb") as dst:
+            prof.export_chrome_trace(raw)
+            fd, tmp = tempfile.mkstemp(prefix=f".tmp-skillrun-{os.getpid()}-", suffix=".part",
+                                       dir=os.path.dirname(os.path.abspath(out)))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+            with os.fdopen(fd, "wb") as dst, open(raw, "rb") as src:
+                if out.endswith(".gz"):
+                    with gzip.GzipFile(fileobj=dst, mode="wb") as gz:
+                        shutil.copyfileobj(src, gz, 1 << 20)
+                else:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                os.replace(tmp_gz, out)
-            else:
-                os.replace(tmp, out)
+                dst.flush()
+                os.fsync(dst.fileno())
+            os.replace(tmp, out)
+            tmp = None
             self.written = out
         except Exception as exc:  # noqa: BLE001
             self.error = f"writing the trace failed: {type(exc).__name__}: {exc}"
             _warn(self.error)
         finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            for leftover in (tmp, raw):
+                if leftover:
+                    try:
+                        os.unlink(leftover)
+                    except OSError:
+                        pass
+            if made:
+                shutil.rmtree(private, ignore_errors=True)
 
     def finish(self) -> None:
         if os.getpid() != self.pid:  # a forked child inherits our atexit hooks; the trace is not its to write

@@ -1,0 +1,86 @@
+"""YAML for cards and artifacts: the safe loader, with a bound on what aliases may expand to.
+
+``yaml.safe_load`` refuses arbitrary objects but not a "billion laughs" document: nine lines of
+anchors and aliases (``b: [*a, *a, …]``, ``c: [*b, *b, …]``) load as a small graph that every later
+consumer (the schema check, ``json.dumps`` of a recipe ``config``, the report) walks as a tree of
+gigabytes. :class:`BoundedLoader` measures the document *as a tree* right after composing it
+(before any Python object is built) and refuses it past ``MAX_NODES`` nodes; a recursive alias is
+refused outright. Ordinary aliases (``yaml.safe_dump`` writes them for shared sub-objects) still load.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+MAX_NODES = 100_000  # a real card has a few hundred nodes, an artifact a few thousand
+
+
+class ExpansionError(yaml.YAMLError):
+    """The document would expand past the node budget, or an alias refers to itself."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = None
+
+
+def tree_size(root: Node, limit: int = MAX_NODES) -> int:
+    """Nodes in the fully expanded tree of ``root`` (aliases counted as copies); raises past ``limit``.
+
+    Iterative, memoised per node: linear in the number of distinct nodes, however deep or
+    however many times they are shared.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(sizes[id(c)] for c in _children(node))
+            if total > limit:
+                raise ExpansionError(f"aliases expand the document past {limit} nodes (an alias/anchor bomb?)")
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise ExpansionError("an alias refers to a node that contains it (recursive YAML)")
+        on_path.add(key)
+        stack.append((node, True))
+        for c in _children(node):
+            if id(c) in on_path:
+                raise ExpansionError("an alias refers to a node that contains it (recursive YAML)")
+            if id(c) not in sizes:
+                stack.append((c, False))
+    return sizes[id(root)]
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that checks the composed document's expanded size before constructing it."""
+
+    def compose_document(self) -> Node:  # type: ignore[override]
+        node = super().compose_document()
+        if node is not None:
+            tree_size(node)
+        return node
+
+
+def load(text: str) -> Any:
+    """Like ``yaml.safe_load``; raises :class:`yaml.YAMLError` (incl. ExpansionError) on bad input."""
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - BoundedLoader is a SafeLoader
+    except RecursionError:
+        # PyYAML composes and constructs recursively: `[[[[…` thousands deep would escape as a crash.
+        raise ExpansionError("YAML nested too deeply") from None
