@@ -22,9 +22,16 @@ def _check_shapes(values: list[str]) -> list[str]:
 
 
 def _check_arch(value: Optional[str]) -> Optional[str]:
+    # The CLI's own check (skillrun.options), so an agent gets the same accepted list as a user.
+    from skillrun.errors import UsageError
+    from skillrun.options import check_arch
+
     if value is not None and not _ARCH.match(value.strip()):
         raise ValueError(f"arch {value!r} is not a device arch such as gfx950, gfx942 or sm_90")
-    return value.strip() if value else value
+    try:
+        return check_arch(value)
+    except UsageError as exc:
+        raise ValueError(f"{exc.reason} ({exc.hint})") from None
 
 
 class _Args(BaseModel):
