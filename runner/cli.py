@@ -591,7 +591,7 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 
 @app.command("report")
 @guarded
-def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="[ARTIFACT|DIR]...", help="Validation artifacts or folders (default: validation/)."),
+def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIFACT_OR_DIR", help="Validation artifacts or folders (default: validation/)."),
                html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here.")):
     """A reviewer's table of validation artifacts (and an HTML page with speedup charts).
 
@@ -697,6 +697,17 @@ def _tidy_help(cmd) -> None:
         if type(p).__name__ == "TyperArgument":
             mv = p.metavar
             p.display_type_rich = lambda ctx, _mv=mv: None  # the metavar already says what it is
+    if not getattr(cmd, "_skillrun_help_tidy", False):
+        orig = cmd.get_help_option
+
+        def help_option(ctx, _orig=orig):
+            opt = _orig(ctx)
+            if opt is not None:
+                opt.metavar = ""  # -h/--help is a flag too
+            return opt
+
+        cmd.get_help_option = help_option
+        cmd._skillrun_help_tidy = True
 
 
 def build_cli() -> click.Group:
