@@ -146,13 +146,27 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
 
 # ------------------------------------------------------------------------------------ rendering
 def _fmt_us(v: Optional[float]) -> str:
+    """A microsecond count in at most 7 characters (k = thousand µs, so the column keeps its unit)."""
     if v is None:
         return "—"
+    if v >= 1e7:
+        return f"{v / 1e6:.0f}M"
     if v >= 1e5:
-        return f"{v / 1e3:.0f}m"  # milliseconds, marked: keeps the column narrow
+        return f"{v / 1e3:.0f}k"
     if v >= 100:
         return f"{v:.0f}"
     return f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
+def _fmt_dur(v: Optional[float]) -> str:
+    """A duration given in µs, with its unit (µs below a millisecond, else ms or s)."""
+    if v is None:
+        return "—"
+    if v >= 1e6:
+        return f"{v / 1e6:.3g} s"
+    if v >= 1e3:
+        return f"{v / 1e3:.3g} ms"
+    return f"{v:.3g} µs"
 
 
 def _fmt_shape(shape: Optional[dict[str, int]]) -> str:
@@ -183,7 +197,7 @@ def _detail(r: dict[str, Any], with_minmax: bool, with_achieved: bool, with_cat:
         op = r["op"] + (" " + dims if dims else "") + (" " + r["dtype"] if r["dtype"] else "")
         parts.append(op)
     if with_minmax and r["min_us"] is not None:
-        parts.append(f"min {_fmt_us(r['min_us'])} max {_fmt_us(r['max_us'])} µs")
+        parts.append(f"min {_fmt_dur(r['min_us'])} max {_fmt_dur(r['max_us'])}")
     if with_achieved and r["achieved"]:
         parts.append(_fmt_achieved(r["achieved"]) + (" of peak" if r["achieved"].get("pct_peak") is not None else ""))
     return parts

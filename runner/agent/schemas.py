@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 # A shape as the CLI takes it: numbers in the problem's key order, or name=value pairs.
 _SHAPE_NUMS = re.compile(r"^\s*\d+(\s*[,x×]\s*\d+)*\s*$")
 _SHAPE_PAIRS = re.compile(r"^\s*[A-Za-z_]+\s*=\s*\d+(\s*,\s*[A-Za-z_]+\s*=\s*\d+)*\s*$")
-_ARCH = re.compile(r"^(gfx[0-9]{3,4}[a-z]?|sm_?[0-9]{2,3}a?)$")
 
 SHAPE_HELP = "problem shape, e.g. '4096,2048,7168' (in the card's key order, usually M,N,K) or 'M=4096,N=2048,K=7168'"
 
@@ -26,8 +25,6 @@ def _check_arch(value: Optional[str]) -> Optional[str]:
     from skillrun.errors import UsageError
     from skillrun.options import check_arch
 
-    if value is not None and not _ARCH.match(value.strip()):
-        raise ValueError(f"arch {value!r} is not a device arch such as gfx950, gfx942 or sm_90")
     try:
         return check_arch(value)
     except UsageError as exc:
