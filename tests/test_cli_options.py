@@ -264,3 +264,21 @@ def test_termtext_safe_escapes_controls_and_markup():
     c = Console(width=200, record=True, force_terminal=False)
     c.print(safe("f[abi:cxx11] [/x] [link=u]l[/link]"))
     assert c.export_text().strip() == "f[abi:cxx11] [/x] [link=u]l[/link]"
+
+
+def test_check_rows_never_collapse_at_80_columns():
+    from rich.console import Console
+
+    from skillrun.cli import _rows_fit
+
+    rows = [{"recipe": f"recipe_{i}_with_a_long_name", "kernel": "skillrun_kernels.fp8_blockscale_gemm.flydsl_4wave:build",
+             "shape": "M=4096,N=65536,K=1536", "status": "compile_verified", "vgpr": 256, "spills": 0,
+             "reason": "compiled for gfx950; 6 gate(s) passed"} for i in range(2)]
+    for width in (80, 200):
+        c = Console(width=width, record=True, file=open(os.devnull, "w"))
+        c.print(_rows_fit(rows, width, "card: compile-only checks"))
+        text = c.export_text()
+        assert max(len(ln) for ln in text.splitlines()) <= width
+        for r in rows:
+            for v in r.values():
+                assert str(v) in text.replace("\n", "") or str(v) in text  # every value shown whole
