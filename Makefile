@@ -13,7 +13,7 @@ EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 # small venv that holds only flydsl and borrows everything else from $(VENV).
 FLYDSL_OLDEST ?= flydsl==0.4.2
 OLDEST := .venv-flydsl-oldest
-FLYDSL_TESTS := tests/test_flydsl_compile.py tests/test_flydsl_gates.py
+FLYDSL_TESTS := tests/test_flydsl_compile.py
 
 .PHONY: setup demo test test-flydsl-oldest lld
 
@@ -42,7 +42,7 @@ $(OLDEST)/.ready: $(BIN)/skill-run
 	  > "$$($(OLDEST)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_skillrun_venv.pth"
 	touch $@
 
-# The FlyDSL compile and gate tests only, under the oldest supported FlyDSL.
+# The FlyDSL compile tests only (every recipe compiled and gated), under the oldest supported FlyDSL.
 test-flydsl-oldest: $(OLDEST)/.ready lld
 	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST:flydsl==%=%)'"
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(FLYDSL_TESTS)
