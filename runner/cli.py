@@ -26,7 +26,7 @@ from typer._click import exceptions as _cexc  # typer ships its own click
 from typer.core import TyperGroup
 
 from skillrun import api
-from skillrun.errors import EXIT_FAILURE, EXIT_INPUT, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE, InputError, SkillRunError
+from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
 
 HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape;

@@ -2,7 +2,6 @@
 help shows flags as flags with an example per command; trace text cannot inject terminal markup."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
