@@ -9,8 +9,13 @@ TORCH ?= torch==2.13.0
 # measurements were taken with (a newer Triton changes what ptxas is given).
 TRITON ?= triton==3.6.0
 EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
+# `setup` installs the newest FlyDSL the package accepts; the oldest supported release gets its own
+# small venv that holds only flydsl and borrows everything else from $(VENV).
+FLYDSL_OLDEST ?= flydsl==0.4.2
+OLDEST := .venv-flydsl-oldest
+FLYDSL_TESTS := tests/test_flydsl_compile.py
 
-.PHONY: setup demo test lld
+.PHONY: setup demo test test-flydsl-oldest lld
 
 $(BIN)/skill-run: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -28,5 +33,20 @@ lld:
 demo: setup
 	$(BIN)/skill-run --profile $(EXAMPLE)
 
+# An `import` line in a .pth runs at start-up: addsitedir also reads $(VENV)'s own .pth files (the
+# editable install), and this venv's flydsl stays first on the path.
+$(OLDEST)/.ready: $(BIN)/skill-run
+	$(PY) -m venv $(OLDEST)
+	$(OLDEST)/bin/pip install -q --no-deps "$(FLYDSL_OLDEST)"
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	  > "$$($(OLDEST)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_skillrun_venv.pth"
+	touch $@
+
+# The FlyDSL compile tests only (every recipe compiled and gated), under the oldest supported FlyDSL.
+test-flydsl-oldest: $(OLDEST)/.ready lld
+	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST:flydsl==%=%)'"
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(FLYDSL_TESTS)
+
 test: setup lld
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(MAKE) test-flydsl-oldest

@@ -16,6 +16,7 @@ from skillrun.kb.lint import LintReport, lint
 from skillrun.kb.paths import set_kb_root
 from skillrun.match import match_profile
 from skillrun.models import MatchReport, Plan, Profile
+from skillrun.options import FLYDSL_ARCHS, check_arch
 from skillrun.plan import make_plan, problem_keys
 from skillrun.select import parse_shape
 
@@ -34,7 +35,7 @@ def load_index(kb: str | Path | None = None, check: bool = True) -> SkillIndex:
 def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
     from skillrun.ingest import ingest
 
-    return ingest(path, arch=arch, progress=progress)
+    return ingest(path, arch=check_arch(arch), progress=progress)
 
 
 def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchReport:
@@ -57,7 +58,23 @@ class Analysis:
         prof = self.profile.model_dump(mode="json")
         if top:
             prof["kernels"] = prof["kernels"][:top]
-        return {"profile": prof, "matches": self.matches.model_dump(mode="json"), "plan": self.plan.model_dump(mode="json")}
+        return {"profile": prof, "hot_kernels": hot_kernels(self.profile, top),
+                "matches": self.matches.model_dump(mode="json"), "plan": self.plan.model_dump(mode="json")}
+
+
+def hot_kernels(profile: Profile, top: int | None = 20) -> dict[str, Any]:
+    """The hot-kernel table as data: per kernel op, shape, dtype, calls, mean/min/max, achieved
+    throughput vs the device peak, category; GPU time by category; per-device totals and idle time."""
+    from skillrun.hot_table import hot_kernels as _hot
+
+    return _hot(profile, top)
+
+
+def doctor(flydsl_timeout_s: float = 120.0) -> dict[str, Any]:
+    """What this machine can do: device, library versions, FlyDSL compile targets, references."""
+    from skillrun.doctor import diagnose
+
+    return diagnose(flydsl_timeout_s=flydsl_timeout_s)
 
 
 def analyze(path: str | Path, *, index: SkillIndex, arch: str | None = None, top: int | None = 20,
@@ -100,8 +117,17 @@ def run_skill(index: SkillIndex, skill_id: str, shapes: list[str] | list[dict[st
 
 def check(index: SkillIndex, skill_id: str, arch: str | None = None, shapes: list[str] | list[dict[str, int]] | None = None, write: bool = True):
     from skillrun.check import check_skill
+    from skillrun.errors import UsageError
 
     card = index.skill(skill_id)
+    # `check` compiles FlyDSL for AMD targets without a GPU; anything else is a usage error that
+    # says what `check` takes and what to use instead.
+    if str(card.match.get("to_backend")) != "flydsl":
+        flydsl = sorted(c.id for c in index.skills.values() if str(c.match.get("to_backend")) == "flydsl")
+        raise UsageError(f"card {card.id} ports to {card.match.get('to_backend')}, not FlyDSL; check compiles FlyDSL cards only",
+                         field="skill_id", hint=f"FlyDSL cards: {', '.join(flydsl)}; for {card.id} use "
+                         f"`skill-run run {card.id} --shape M,N,K --backend cpu` (numerics) or a GPU")
+    arch = check_arch(arch, FLYDSL_ARCHS, why="check compiles FlyDSL for AMD targets only; ")
     keys = problem_keys(card)
     parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes] if shapes else None
     return check_skill(index, skill_id, arch=arch, shapes=parsed, write=write)

@@ -11,7 +11,7 @@ from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import RegexRejected, compile_card_regex
 from skillrun.models import CardProblem, Criterion, KernelStat, Match, MatchReport, Profile
-from skillrun.names import demangle_many, name_forms
+from skillrun.names import demangle_many, is_communication, name_forms
 
 DEFAULT_DECODE_MAX_M = 64
 
@@ -154,6 +154,11 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
     for k in kernels:
         if k.demangled is None and dem.get(k.name, k.name) != k.name:
             k = k.model_copy(update={"demangled": dem[k.name]})
+        # A collective (NCCL/RCCL) is time the network and the other ranks decide: no kernel port
+        # replaces it, so no card is offered for it, whatever its regex would say.
+        if k.category == "communication" or is_communication(k.name, k.demangled):
+            report.communication.append(k.name)
+            continue
         touched = False
         for card in index.skills.values():
             res = match_kernel(card, k, profile.arch)

@@ -12,6 +12,9 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved"]
+# What a kernel does, from its name and launching op (skillrun.names.kernel_category). Communication
+# kernels (NCCL/RCCL) are reported but never offered to cards: no port replaces a collective.
+KernelCategory = Literal["gemm", "attention", "elementwise", "reduction", "communication", "memcpy", "other"]
 Shape = dict[str, int]  # problem dimensions: M, N, K, batch, tokens, experts, topk, model_dim, inter_dim …
 
 # Names a recipe predicate may read. Problem dimensions plus device facts (see facts/).
@@ -53,9 +56,17 @@ class KernelStat(_Model):
     demangled: Optional[str] = None
     total_us: float
     calls: int
-    pct_gpu: float  # share of summed GPU kernel time, in percent
+    # Share of GPU kernel time, in percent, on the device where the kernel takes the largest share:
+    # on a multi-GPU trace each device's time is its own 100% (never pooled across ranks).
+    pct_gpu: float
     avg_us: float = 0.0
-    device: Optional[int] = None
+    min_us: Optional[float] = None  # shortest single call (None: the format only gives totals)
+    max_us: Optional[float] = None
+    device: Optional[int] = None  # the one device it ran on; None when several or unknown
+    device_us: dict[int, float] = Field(default_factory=dict)  # kernel time per device index
+    device_pct: dict[int, float] = Field(default_factory=dict)  # % of that device's kernel time
+    short_name: Optional[str] = None  # the profiler's own short form (nsys shortName)
+    category: KernelCategory = "other"
     ops: list[OpCall] = Field(default_factory=list)
     shape_provenance: ShapeProvenance = "unresolved"
     graph_replayed_calls: int = 0
@@ -71,6 +82,17 @@ class GraphReplay(_Model):
     total_us: float = 0.0
 
 
+class DeviceTime(_Model):
+    """One device's (rank's) kernel time, and how busy its timeline was."""
+
+    device: int
+    kernel_us: float = 0.0  # summed kernel durations (streams can overlap: may exceed busy_us)
+    calls: int = 0
+    busy_us: Optional[float] = None  # union of kernel intervals (None: no timestamps in the format)
+    span_us: Optional[float] = None  # first kernel start to last kernel end
+    idle_us: Optional[float] = None  # span - busy: gaps between kernels on this device
+
+
 class Profile(_Model):
     """A normalized profile, whatever the source format (schema: schemas/profile.schema.json)."""
 
@@ -84,6 +106,8 @@ class Profile(_Model):
     graph_replay: GraphReplay = Field(default_factory=GraphReplay)
     unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
     linked_calls: int = 0  # kernel calls linked to an op with shapes
+    device_time: list[DeviceTime] = Field(default_factory=list)  # per device, by index
+    category_us: dict[str, float] = Field(default_factory=dict)  # kernel time per KernelCategory
     warnings: list[str] = Field(default_factory=list)
     # Values the trace cannot mean, by kind (negative_duration, non_finite_duration,
     # non_finite_timestamp, absurd_shape): counted and left out, never clamped into the numbers.
@@ -121,6 +145,7 @@ class MatchReport(_Model):
     matches: list[Match] = Field(default_factory=list)  # matched=True
     near_misses: list[Match] = Field(default_factory=list)
     unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
+    communication: list[str] = Field(default_factory=list)  # collectives: shown, never offered to cards
 
 
 class PlanItem(_Model):

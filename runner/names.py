@@ -1,17 +1,66 @@
-"""Kernel-name forms: raw (as the profiler wrote it), demangled, and a bounded form for regexes.
+"""Kernel-name forms: raw (as the profiler wrote it), demangled, a bounded form for regexes, a
+category, and a short display form for tables.
 
 Profilers write names mangled (``_ZN2ck27kernel_gemm…``), demangled (``void ck::kernel_gemm…<…>``)
 or truncated. Cards' regexes are searched against every form we have.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import hashlib
+import re
 import shutil
 import subprocess
 from functools import lru_cache
+from typing import Iterable, Optional
 
 # Regexes from cards run on names of bounded length, so a pathological pattern cannot stall a run
 # on a multi-kilobyte template name (lint also rejects catastrophic patterns outright).
 MAX_NAME_LEN = 4096
+_MAX_DEMANGLE_INPUT = 16384  # longer "symbols" are not real mangled names; leave them as they are
+
+
+# ------------------------------------------------------------------------------------ demangling
+@lru_cache(maxsize=1)
+def _libcxx_demangle():
+    """libstdc++'s ``abi::__cxa_demangle`` through ctypes: in-process and offline (what the
+    ``cxxfilt`` package wraps), so no extra dependency and no subprocess per trace."""
+    for lib in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", ctypes.util.find_library("c++")):
+        if not lib:
+            continue
+        try:
+            so = ctypes.CDLL(lib)
+            fn = so.__cxa_demangle
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.free.argtypes = [ctypes.c_void_p]
+        return fn, libc.free
+    return None
+
+
+def _demangle_one(name: str) -> Optional[str]:
+    fns = _libcxx_demangle()
+    if fns is None or len(name) > _MAX_DEMANGLE_INPUT:
+        return None
+    fn, free = fns
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if b"\x00" in raw:
+        return None
+    status = ctypes.c_int(0)
+    ptr = fn(raw, None, None, ctypes.byref(status))
+    if not ptr:
+        return None
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace") if status.value == 0 else None
+    finally:
+        free(ptr)
 
 
 @lru_cache(maxsize=1)
@@ -20,19 +69,29 @@ def _cxxfilt() -> str | None:
 
 
 def demangle_many(names: list[str]) -> dict[str, str]:
-    """Demangle Itanium names with c++filt in one call; names that are not mangled map to themselves."""
-    mangled = [n for n in names if n.startswith("_Z")]
+    """Demangle Itanium names (in-process, else with c++filt in one call); names that are not
+    mangled, or that no demangler accepts, map to themselves."""
     out = {n: n for n in names}
-    tool = _cxxfilt()
-    if not mangled or tool is None:
+    mangled = [n for n in names if n.startswith("_Z")]
+    if not mangled:
+        return out
+    left = []
+    for n in mangled:
+        d = _demangle_one(n[:-3] if n.endswith(".kd") else n)
+        if d:
+            out[n] = d
+        else:
+            left.append(n)
+    tool = _cxxfilt() if left and _libcxx_demangle() is None else None
+    if tool is None:
         return out
     try:
-        res = subprocess.run([tool], input="\n".join(mangled) + "\n", capture_output=True, text=True, timeout=20)
+        res = subprocess.run([tool], input="\n".join(left) + "\n", capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return out
     lines = res.stdout.splitlines()
-    if res.returncode == 0 and len(lines) == len(mangled):
-        out.update(dict(zip(mangled, lines)))
+    if res.returncode == 0 and len(lines) == len(left):
+        out.update(dict(zip(left, lines)))
     return out
 
 
@@ -44,3 +103,180 @@ def name_forms(raw: str, demangled: str | None = None) -> list[str]:
     if raw.endswith(".kd"):
         forms.append(raw[:-3][:MAX_NAME_LEN])
     return forms
+
+
+# ------------------------------------------------------------------------------------ categories
+# First hit wins, so the order matters: a collective is "communication" even if it reduces, a
+# flash-attention kernel is "attention" although it multiplies matrices.
+_CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("communication", re.compile(r"(?i)\b(?:void\s+)?(?:nccl|rccl)|nccl[A-Z_]|rccl|cross_device_reduce|custom_?all_?reduce"
+                                 r"|all_?gather|reduce_?scatter|all_?to_?all|allreduce")),
+    ("memcpy", re.compile(r"(?i)memcpy|memset|__amd_rocclr_(?:copy|fill)|copybuffer|fillbuffer|\bcopy_?d2d|\bmemcopy")),
+    ("attention", re.compile(r"(?i)attn|attention|flash_?fwd|flash_?bwd|flash::|fmha|\bmha_|sdpa|paged_?att|mla_|unified_attention")),
+    ("gemm", re.compile(r"(?i)gemm|\bcijk_|nvjet|cutlass|xmma|wgmma|matmul|\bmm_|_mm\b|_mm_|cublas|hipblas|deep_gemm|tensorop"
+                        r"|implicit_gemm|fprop|dgrad|wgrad|conv2d|convolution|splitk|_bmm|\bbmm")),
+    ("reduction", re.compile(r"(?i)reduce|reduction|softmax|norm(?:alization)?_|layer_?norm|rms_?norm|_norm\b|topk|argmax|argmin"
+                             r"|cub::|\bscan|triton_red_|triton_per_|cumsum|_sum_|sum_kernel")),
+    ("elementwise", re.compile(r"(?i)elementwise|pointwise|triton_poi_|vectorized|unrolled|fill_kernel|copy_kernel|act_and_mul"
+                               r"|silu|gelu|relu|rotary|rope|index_|gather|scatter|cat_?array|where_kernel|_quant|dequant|cast")),
+]
+_OP_CATEGORY = [
+    ("gemm", re.compile(r"(?i)aten::(?:_scaled_)?(?:mm|addmm|bmm|baddbmm|linear|matmul|_grouped_mm|_scaled_grouped_mm|convolution|conv)")),
+    ("attention", re.compile(r"(?i)attention|sdpa|flash")),
+    ("communication", re.compile(r"(?i)c10d::|nccl|all_reduce|allreduce|all_gather|reduce_scatter")),
+    ("memcpy", re.compile(r"(?i)aten::(?:copy_|to|_to_copy|zero_|fill_)\b")),
+    ("reduction", re.compile(r"(?i)aten::(?:sum|mean|softmax|_softmax|layer_norm|native_layer_norm|rms_norm|max|argmax|topk|norm)\b")),
+]
+
+CATEGORIES = ("gemm", "attention", "elementwise", "reduction", "communication", "memcpy", "other")
+
+
+def kernel_category(name: str, demangled: str | None = None, ops: Iterable[str] = ()) -> str:
+    """One of :data:`CATEGORIES`, from the kernel's name forms, then its launching ops."""
+    text = (demangled or name)[:MAX_NAME_LEN]
+    if demangled and demangled != name:
+        text += " " + name[:MAX_NAME_LEN]
+    for cat, rx in _CATEGORY_RULES:
+        if rx.search(text):
+            return cat
+    for op in ops:
+        for cat, rx in _OP_CATEGORY:
+            if rx.search(op):
+                return cat
+    return "other"
+
+
+def is_communication(name: str, demangled: str | None = None) -> bool:
+    return kernel_category(name, demangled) == "communication"
+
+
+# ------------------------------------------------------------------------------------ display
+def _strip_params(name: str) -> str:
+    """``void ns::k<…>(int, float*)`` → ``ns::k<…>(…)``: the return type and the parameter list
+    rarely tell kernels apart (the uniqueness pass restores them when they do)."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            c = s[i]
+            if c == ")":
+                depth += 1
+            elif c == "(":
+                depth -= 1
+                if depth == 0:
+                    if i > 0 and s[i - 1] not in " <,":
+                        inner = s[i + 1:-1]
+                        s = s[:i] + ("(…)" if inner.strip() else "()")
+                    break
+    return s
+
+
+def _collapse_templates(s: str, keep_depth: int) -> str:
+    """Elide template arguments nested deeper than ``keep_depth`` with ``…``."""
+    out = []
+    depth = 0
+    for c in s:
+        if c == "<":
+            depth += 1
+            if depth == keep_depth + 1:
+                out.append("<…")
+                continue
+        elif c == ">" and depth > 0:
+            depth -= 1
+            if depth == keep_depth:
+                out.append(">")
+                continue
+        if depth <= keep_depth:
+            out.append(c)
+    return "".join(out)
+
+
+def _mid(s: str, width: int) -> str:
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"
+    head = (width - 1) * 3 // 5
+    tail = width - 1 - head
+    return s[:head] + "…" + (s[-tail:] if tail else "")
+
+
+def short_name(name: str, width: int) -> str:
+    """A form of ``name`` at most ``width`` characters long: parameters dropped, then deep template
+    arguments elided, then the middle cut out (``…``)."""
+    if len(name) <= width:
+        return name
+    s = _strip_params(name)
+    if len(s) <= width:
+        return s
+    for depth in (2, 1):
+        c = _collapse_templates(s, depth)
+        if len(c) <= width:
+            return c
+        s2 = c
+    return _mid(s2, width)
+
+
+def _window(full: str, pos: int, width: int) -> str:
+    """``full`` cut to ``width`` so that the character at ``pos`` (where it differs from a lookalike)
+    stays visible, with the tail kept when there is room."""
+    if len(full) <= width:
+        return full
+    if width < 8:
+        return _mid(full, width)
+    head = min(width // 3, pos)
+    tail = max(0, min(width // 4, len(full) - pos - 1))
+    middle = width - head - tail - (1 if head < pos else 0) - (1 if tail else 0)
+    start = max(head, pos - middle // 2)
+    end = min(len(full) - tail, start + middle)
+    start = max(head, end - middle)
+    return full[:head] + ("…" if start > head else "") + full[start:end] + ("…" if end < len(full) - tail else "") \
+        + (full[len(full) - tail:] if tail else "")
+
+
+def _tag(full: str) -> str:
+    return "#" + hashlib.sha1(full.encode("utf-8", "replace")).hexdigest()[:6]
+
+
+def display_names(names: list[str], width: int) -> list[str]:
+    """Short forms of ``names`` (each at most ``width`` wide) such that different names never
+    look alike: where two short forms collide, each is re-cut around its first differing
+    character, and if that still collides a short hash of the full name is appended."""
+    width = max(8, width)
+    shown = [short_name(n, width) for n in names]
+    for _ in range(2):
+        groups: dict[str, list[int]] = {}
+        for i, s in enumerate(shown):
+            groups.setdefault(s, []).append(i)
+        clashes = [ix for ix in groups.values() if len({names[i] for i in ix}) > 1]
+        if not clashes:
+            return shown
+        for ix in clashes:
+            # Cut the parameter-less forms where they already tell the names apart, else the full ones.
+            fulls = [_strip_params(names[i]) for i in ix]
+            if len(set(fulls)) < len({names[i] for i in ix}):
+                fulls = [names[i] for i in ix]
+            for i, full in zip(ix, fulls):
+                others = [o for o in fulls if o != full]
+                pos = max(_common_prefix(full, o) for o in others) if others else 0
+                shown[i] = _window(full, pos, width)
+    # Last resort: a hash tag makes every distinct full name distinct on screen.
+    groups = {}
+    for i, s in enumerate(shown):
+        groups.setdefault(s, []).append(i)
+    for ix in groups.values():
+        if len({names[i] for i in ix}) > 1:
+            for i in ix:
+                tag = _tag(names[i])
+                shown[i] = _mid(names[i], width - len(tag)) + tag
+    return shown
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -153,10 +153,13 @@ def report_table(records: list[dict[str, Any]]):
     table = Table(title=f"{len(records)} validation record(s)", show_lines=True, expand=False)
     for c in COLUMNS:
         table.add_column(c, overflow="fold", justify="right" if c in ("port ms", "ref ms", "A/A noise", "% peak") else "left")
+    from skillrun.termtext import plain
+
     for rec in records:
-        cells = _row(rec)
-        verdict = cells[-1]
-        reason = (rec.get("reason") or "").strip()
+        # Artifact text is data (card ids, paths, kernel names): Text cells are never parsed as markup.
+        cells = [Text(plain(c)) if isinstance(c, str) else c for c in _row(rec)]
+        verdict = str(cells[-1])
+        reason = plain((rec.get("reason") or "").strip())
         cells[-1] = Text(verdict, style=VERDICT_STYLE.get(verdict, ""))
         if reason:
             cells[-1].append("\n" + (reason[:160] + ("…" if len(reason) > 160 else "")), style="dim")

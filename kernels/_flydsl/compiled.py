@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import compat as _compat
 from . import isa as _isa
 
 
@@ -78,15 +79,12 @@ def compile_facts(
     if os.environ.get("COMPILE_ONLY") != "1" or os.environ.get("FLYDSL_GPU_ARCH") != arch:
         raise RuntimeError("compile_facts must run under toolchain.apply_compile_env(arch, ...)")
     t0 = time.perf_counter()
-    launcher._compile_only(*args)
+    ir_text = _compat.compile_only(launcher, args)
     seconds = time.perf_counter() - t0
-    last = getattr(launcher, "_last_compiled", None)
-    if not last:
-        raise RuntimeError("FlyDSL returned no compiled artifact (is the disk cache disabled?)")
-    artifact = last[1]
-    ir_text = artifact.ir if isinstance(artifact.ir, str) else str(artifact.ir)
     metas = _isa.parse_kernel_metadata(ir_text)
     if not metas:
         raise RuntimeError("the compiled module carries no #gpu.kernel_metadata")
     kernels = [kernel_facts(name, meta, _final_isa(dump, name)) for name, meta in metas.items()]
-    return {"arch": arch, "compile_seconds": round(seconds, 3), "kernels": kernels, **({"describe": describe} if describe else {})}
+    # The version that compiled (read here, in the compiling process) goes into every artifact.
+    return {"arch": arch, "flydsl": _compat.version(), "compile_seconds": round(seconds, 3), "kernels": kernels,
+            **({"describe": describe} if describe else {})}

@@ -1,4 +1,4 @@
-"""Small kernel-side building blocks on top of FlyDSL 0.4.x, used while a kernel is being traced.
+"""Small kernel-side building blocks on top of FlyDSL (0.4.2 to 0.5.x; version-sensitive imports in compat.py), used while a kernel is being traced.
 
 The ports address memory with explicit byte offsets computed by each family's ``layout.py`` (the
 same functions the host tests simulate), so they need only a handful of primitives:
@@ -20,13 +20,14 @@ from typing import Callable, Sequence
 
 import flydsl.expr as fx
 import numpy as np
-from flydsl._mlir import ir
-from flydsl._mlir.dialects import arith as _arith
-from flydsl._mlir.dialects import llvm as _llvm
-from flydsl._mlir.dialects import rocdl as _rocdl
-from flydsl._mlir.dialects import scf as _scf
-from flydsl._mlir.dialects import vector as _vector
 from flydsl.expr import rocdl as _xrocdl
+
+from .compat import mlir as _mlir
+
+# FlyDSL's MLIR bindings move between releases: compat.mlir() is the one place that knows where.
+ir, _dialects = _mlir()
+_arith, _llvm, _rocdl, _scf, _vector = (_dialects.arith, _dialects.llvm, _dialects.rocdl, _dialects.scf,
+                                        _dialects.vector)
 
 # Buffer-descriptor word 3 on CDNA (gfx9): DATA_FORMAT=7 (32-bit), NUM_FORMAT=4; no RDNA bits.
 _CDNA_RSRC_FLAGS = (7 << 12) | (4 << 15)
@@ -272,7 +273,7 @@ def mfma_bf16_16x16x16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
 # ---------------------------------------------------------------- float helpers
 def fma(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """a*b + c, contracted into one ``v_fma``/``v_pk_fma_f32``."""
-    from flydsl._mlir.dialects import math as _math
+    _math = _dialects.math
 
     return _math.fma(a, b, c)
 
@@ -309,7 +310,7 @@ def int4_codes_to_f32(word: ir.Value) -> ir.Value:
 
 def silu(x: ir.Value) -> ir.Value:
     """x * sigmoid(x) = x / (1 + exp(-x)) in f32."""
-    from flydsl._mlir.dialects import math as _math
+    _math = _dialects.math
 
     one = splat(f32_const(1.0), ir.VectorType(x.type).shape[0]) if isinstance(x.type, ir.VectorType) else f32_const(1.0)
     return _arith.divf(x, _arith.addf(one, _math.exp(_arith.negf(x))))

@@ -25,7 +25,10 @@ def register(app: typer.Typer) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Print each tool call and its result status to stderr."),
         as_json: bool = typer.Option(False, "--json", help="Print the answer and the tool calls as JSON."),
     ):
-        """Ask an LLM agent that uses the runner's tools (analyse → show skill → check/run → read validation)."""
+        """Ask an LLM agent that uses the runner's tools (analyse → show skill → check/run → read validation).
+
+        Example: skill-run agent "Which hot kernels can a skill speed up?" --profile trace.json.gz -m openai:gpt-4o
+        """
         from skillrun.agent.llm import make_chat_model
         from skillrun.agent.loop import build_agent
 
@@ -53,7 +56,10 @@ def register(app: typer.Typer) -> None:
     def mcp_cmd(
         allow: Optional[List[Path]] = typer.Option(None, "--allow", "-a", help="File or folder the tools may read (repeatable)."),
     ):
-        """Serve the agent tools over the Model Context Protocol on stdio (for MCP clients)."""
+        """Serve the agent tools over the Model Context Protocol on stdio (for MCP clients).
+
+        Example: skill-run mcp --allow ./traces
+        """
         from skillrun.agent.mcp_server import serve_stdio
 
         serve_stdio(api.load_index(_state["kb"]), allow or [])

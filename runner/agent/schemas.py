@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 # A shape as the CLI takes it: numbers in the problem's key order, or name=value pairs.
 _SHAPE_NUMS = re.compile(r"^\s*\d+(\s*[,x×]\s*\d+)*\s*$")
 _SHAPE_PAIRS = re.compile(r"^\s*[A-Za-z_]+\s*=\s*\d+(\s*,\s*[A-Za-z_]+\s*=\s*\d+)*\s*$")
-_ARCH = re.compile(r"^(gfx[0-9]{3,4}[a-z]?|sm_?[0-9]{2,3}a?)$")
 
 SHAPE_HELP = "problem shape, e.g. '4096,2048,7168' (in the card's key order, usually M,N,K) or 'M=4096,N=2048,K=7168'"
 
@@ -22,9 +21,14 @@ def _check_shapes(values: list[str]) -> list[str]:
 
 
 def _check_arch(value: Optional[str]) -> Optional[str]:
-    if value is not None and not _ARCH.match(value.strip()):
-        raise ValueError(f"arch {value!r} is not a device arch such as gfx950, gfx942 or sm_90")
-    return value.strip() if value else value
+    # The CLI's own check (skillrun.options), so an agent gets the same accepted list as a user.
+    from skillrun.errors import UsageError
+    from skillrun.options import check_arch
+
+    try:
+        return check_arch(value)
+    except UsageError as exc:
+        raise ValueError(f"{exc.reason} ({exc.hint})") from None
 
 
 class _Args(BaseModel):

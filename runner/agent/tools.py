@@ -301,7 +301,9 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         ops = [{"op": o.op, "shape": o.shape, "dtype": o.dtype, "scale_recipe": o.scale_recipe, "calls": o.calls,
                 "provenance": o.provenance} for o in k.ops[:3]]
         row = {"rank": rank, "kernel": k.name[:200], "pct_gpu": round(k.pct_gpu, 3), "total_ms": round(k.total_us / 1e3, 4),
-               "calls": k.calls, "shape_provenance": k.shape_provenance, "ops": ops}
+               "calls": k.calls, "category": k.category, "shape_provenance": k.shape_provenance, "ops": ops}
+        if k.category == "communication":
+            row["note"] = "a collective (NCCL/RCCL): not offered to skill cards"
         if len(k.ops) > 3:
             row["more_ops"] = len(k.ops) - 3
         if k.graph_replayed_calls:

@@ -159,7 +159,8 @@ def _record(card: SkillCard, chk: RecipeCheck, recipe: Recipe, flydsl_version: s
         "mode": "compile_only",
         "verdict": chk.status,
         "reason": chk.reason,
-        "compile": {"arch": chk.arch, "kernels": kernels, "gates": [g.to_json() for g in chk.gates]},
+        # The FlyDSL release that produced these facts (the child runs this interpreter's flydsl).
+        "compile": {"arch": chk.arch, "flydsl": flydsl_version, "kernels": kernels, "gates": [g.to_json() for g in chk.gates]},
         "notes": [f"FlyDSL {flydsl_version} compiled for {chk.arch} with COMPILE_ONLY=1 and lld-19 on a CPU-only machine; "
                   "nothing was executed, no timing or numerics are implied",
                   f"compile wall time {chk.seconds:.1f} s (child process, includes Python start-up)"],

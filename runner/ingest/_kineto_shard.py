@@ -85,7 +85,7 @@ def _op_head(prefix: bytes) -> re.Pattern:
 
 
 # What follows a kernel's name, up to the opening brace of its args.
-_KTAIL = re.compile(rb'"\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*[^,]*,\s*"ts"\s*:\s*[-0-9.eE+]+\s*,\s*'
+_KTAIL = re.compile(rb'"\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*[^,]*,\s*"ts"\s*:\s*([-0-9.eE+]+)\s*,\s*'
                     rb'"dur"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"args"\s*:\s*\{')
 
 
@@ -152,6 +152,7 @@ class Shard:
         self.names: list[str] = []
         self.kname: list[int] = []
         self.kdur: list[float] = []
+        self.kts: list[float] = []  # start, µs (NaN when the event has none): busy/idle time per device
         self.kcorr: list[int] = []
         self.kext: list[int] = []
         self.kdev: list[int] = []
@@ -194,9 +195,10 @@ class Shard:
             self.opkeys.append((name, sig, b'"Input Dims"' in sig))
         return oid
 
-    def _kernel(self, nid: int, dur: float, args: dict) -> None:
+    def _kernel(self, nid: int, dur: float, args: dict, ts: Optional[float] = None) -> None:
         self.kname.append(nid)
         self.kdur.append(dur)
+        self.kts.append(ts if ts is not None else float("nan"))
         self.kcorr.append(_int(args.get("correlation")))
         self.kext.append(_int(args.get("External id")))
         dev = _int(args.get("device"))
@@ -252,7 +254,7 @@ class Shard:
                 if dur is None:
                     self.events_bad += 1
                     continue
-                self._kernel(self._name_id(name), dur, args)
+                self._kernel(self._name_id(name), dur, args, ts)
             elif cat == "cpu_op":
                 ext = _int(args.get("External id"))
                 if ext < 0 or ts is None:
@@ -318,8 +320,8 @@ class Shard:
         match = _KTAIL.match
         loads = orjson.loads
         name_ids = self.name_ids
-        kname, kdur, kcorr, kext, kdev, kgraph = (self.kname, self.kdur, self.kcorr, self.kext, self.kdev,
-                                                  self.kgraph)
+        kname, kdur, kcorr, kext, kdev, kgraph, kts = (self.kname, self.kdur, self.kcorr, self.kext, self.kdev,
+                                                       self.kgraph, self.kts)
         lp = len(prefix)
         n = 0
         i = find(prefix)
@@ -339,7 +341,8 @@ class Shard:
             if nid is None:
                 nid = self._name_id(name)
             kname.append(nid)
-            kdur.append(float(m.group(1)))
+            kdur.append(float(m.group(2)))
+            kts.append(float(m.group(1)))
             c = a.get("correlation")
             kcorr.append(c if type(c) is int and c >= 0 else -1)
             x = a.get("External id")
@@ -355,7 +358,7 @@ class Shard:
 
     def _rollback(self, mark: tuple) -> None:
         nk, ng, nn, nok, hip, cuda = mark
-        for col in (self.kname, self.kdur, self.kcorr, self.kext, self.kdev, self.kgraph):
+        for col in (self.kname, self.kdur, self.kts, self.kcorr, self.kext, self.kdev, self.kgraph):
             del col[nk:]
         # Launch/op entries are keyed by unique ids: re-reading the chunk overwrites them with
         # the same facts. Only counters and id tables need undoing.
@@ -465,7 +468,7 @@ class Shard:
         get = self.launches.get
         launch = [get(c) if c >= 0 else None for c in self.kcorr]
         # Numeric columns travel as arrays: pickling them is a copy, not one object per value.
-        return {"names": self.names, "kname": array("q", self.kname), "kdur": array("d", self.kdur),
+        return {"names": self.names, "kname": array("q", self.kname), "kdur": array("d", self.kdur), "kts": array("d", self.kts),
                 "kcorr": array("q", self.kcorr), "kext": array("q", self.kext), "kdev": array("q", self.kdev),
                 "kgraph": array("b", self.kgraph), "launch": launch,
                 "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,

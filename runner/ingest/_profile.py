@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import shapes
+from ..models import DeviceInfo, DeviceTime, GraphReplay, KernelStat, OpCall, Profile
+from ..names import kernel_category
 from ..redact import scrub, scrub_text
-from ..models import DeviceInfo, GraphReplay, KernelStat, OpCall, Profile
 from .arch import dedupe_warnings, resolve_arch
 
 
@@ -99,6 +100,55 @@ class _KernelAgg:
     grid: Optional[list[int]] = None
     block: Optional[list[int]] = None
     demangled: Optional[str] = None
+    short_name: Optional[str] = None
+    min_us: Optional[float] = None
+    max_us: Optional[float] = None
+    minmax_known: bool = True  # False once a group of several calls came without its min/max
+    device_calls: dict[int, int] = field(default_factory=dict)
+
+
+def busy_span(intervals) -> tuple[float, float]:
+    """(busy, span) of (start, end) intervals in one unit: busy is the length of their union
+    (overlapping streams count once), span runs from the first start to the last end."""
+    ivs = sorted((float(a), float(b)) for a, b in intervals if b == b and a == a and b >= a)
+    if not ivs:
+        return 0.0, 0.0
+    busy = 0.0
+    cur_s, cur_e = ivs[0]
+    last = cur_e
+    for a, b in ivs[1:]:
+        if a > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = a, b
+        elif b > cur_e:
+            cur_e = b
+        last = max(last, b)
+    busy += cur_e - cur_s
+    return busy, max(last, cur_e) - ivs[0][0]
+
+
+def busy_span_arrays(starts, ends) -> tuple[float, float]:
+    """:func:`busy_span` over two parallel columns; no per-interval objects when starts are sorted
+    (the usual case within one device of a Kineto trace)."""
+    n = len(starts)
+    if n == 0:
+        return 0.0, 0.0
+    if any(starts[i] > starts[i + 1] for i in range(n - 1)):
+        return busy_span(zip(starts, ends))
+    busy = 0.0
+    cur_s, cur_e = starts[0], ends[0]
+    last = cur_e
+    for i in range(1, n):
+        a, b = starts[i], ends[i]
+        if a > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = a, b
+        elif b > cur_e:
+            cur_e = b
+        if b > last:
+            last = b
+    busy += cur_e - cur_s
+    return busy, last - starts[0]
 
 
 def _dims3(v: Any) -> Optional[list[int]]:
@@ -119,15 +169,23 @@ class ProfileBuilder:
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
         self.anomalies: dict[str, int] = {}
+        self._timeline: dict[int, tuple[float, float]] = {}  # device → (busy µs, span µs)
 
     def note(self, kind: str, n: int = 1) -> None:
         """Count ``n`` values of one anomaly kind (see the module docstring)."""
         if n > 0:
             self.anomalies[kind] = self.anomalies.get(kind, 0) + n
 
+    def timeline(self, device: Optional[int], busy_us: float, span_us: float) -> None:
+        """Record one device's busy time and span (see :func:`busy_span`) for idle-time reporting."""
+        d = device if isinstance(device, int) else -1
+        b0, s0 = self._timeline.get(d, (0.0, 0.0))
+        self._timeline[d] = (b0 + max(0.0, busy_us), s0 + max(0.0, span_us))
+
     def add(self, name: str, total_us: float, calls: int = 1, device: Optional[int] = None,
             op: Optional[OpRef] = None, graph: bool = False, grid: Any = None, block: Any = None,
-            demangled: Optional[str] = None) -> None:
+            demangled: Optional[str] = None, min_us: Optional[float] = None, max_us: Optional[float] = None,
+            short_name: Optional[str] = None) -> None:
         if not isinstance(name, str) or not name:
             name = "<unnamed kernel>"
         total_us = float(total_us)
@@ -142,8 +200,19 @@ class ProfileBuilder:
             k = self._k[name] = _KernelAgg(name=name)
         k.total_us += total_us
         k.calls += calls
+        if calls == 1 and min_us is None and max_us is None:
+            min_us = max_us = total_us
+        if min_us is None or max_us is None or not (min_us == min_us and max_us == max_us):
+            if calls > 0:
+                k.minmax_known = False
+        else:
+            k.min_us = max(0.0, float(min_us)) if k.min_us is None else min(k.min_us, max(0.0, float(min_us)))
+            k.max_us = float(max_us) if k.max_us is None else max(k.max_us, float(max_us))
+        if short_name and not k.short_name and isinstance(short_name, str):
+            k.short_name = short_name
         if device is not None:
             k.devices[device] = k.devices.get(device, 0.0) + total_us
+            k.device_calls[device] = k.device_calls.get(device, 0) + calls
         if graph:
             k.graph_calls += calls
             k.graph_us += total_us
@@ -175,6 +244,14 @@ class ProfileBuilder:
         unattributed = 0.0
         graph_calls = 0
         graph_us = 0.0
+        dev_total: dict[int, float] = {}
+        dev_calls: dict[int, int] = {}
+        for k in self._k.values():
+            for d, us in k.devices.items():
+                dev_total[d] = dev_total.get(d, 0.0) + us
+                dev_calls[d] = dev_calls.get(d, 0) + k.device_calls.get(d, 0)
+        per_device = len([d for d, us in dev_total.items() if us > 0]) > 1
+        category_us: dict[str, float] = {}
         for k in self._k.values():
             ops: list[OpCall] = []
             for agg in sorted(k.ops.values(), key=lambda a: (-a.total_us, a.ref.name)):
@@ -208,10 +285,21 @@ class ProfileBuilder:
                         provenance = "kernel-name"
                     unattr = 0.0
             device = next(iter(k.devices)) if len(k.devices) == 1 else None
+            dpct = {d: round(100.0 * us / dev_total[d], 4) for d, us in sorted(k.devices.items()) if dev_total.get(d)}
+            # Multi-GPU: a kernel's share is of one device's time, on the device where it is largest.
+            pct = max(dpct.values()) if per_device and dpct else (100.0 * k.total_us / total if total > 0 else 0.0)
+            cat = kernel_category(k.name, k.demangled, [o.op for o in ops])
+            category_us[cat] = category_us.get(cat, 0.0) + k.total_us
+            known = k.minmax_known and k.min_us is not None
             stats.append(KernelStat(
-                name=scrub_text(k.name), demangled=scrub_text(k.demangled) if k.demangled else None, total_us=round(k.total_us, 3), calls=k.calls,
-                pct_gpu=round(100.0 * k.total_us / total, 4) if total > 0 else 0.0,
-                avg_us=round(k.total_us / k.calls, 3) if k.calls else 0.0, device=device, ops=ops,
+                name=scrub_text(k.name), demangled=scrub_text(k.demangled) if k.demangled else None,
+                total_us=round(k.total_us, 3), calls=k.calls,
+                pct_gpu=round(pct, 4),
+                avg_us=round(k.total_us / k.calls, 3) if k.calls else 0.0,
+                min_us=round(k.min_us, 3) if known else None, max_us=round(k.max_us, 3) if known else None,
+                device=device, device_us={d: round(us, 3) for d, us in sorted(k.devices.items())},
+                device_pct=dpct if per_device else {},
+                short_name=scrub_text(k.short_name) if k.short_name else None, category=cat, ops=ops,
                 shape_provenance=provenance, graph_replayed_calls=k.graph_calls,
                 unattributed_us=round(unattr, 3), grid=k.grid, block=k.block))
             linked += k.linked_calls
@@ -237,4 +325,21 @@ class ProfileBuilder:
                                      launches=self.graph_launches, kernel_calls=graph_calls,
                                      total_us=round(graph_us, 3)),
             unattributed_us=round(unattributed, 3), linked_calls=linked,
+            device_time=self._device_time(dev_total, dev_calls),
+            category_us={c: round(us, 3) for c, us in sorted(category_us.items(), key=lambda kv: -kv[1])},
             warnings=[scrub_text(w) for w in dedupe_warnings(warnings)])
+
+    def _device_time(self, dev_total: dict[int, float], dev_calls: dict[int, int]) -> list[DeviceTime]:
+        out = []
+        for d in sorted(set(dev_total) | {x for x in self._timeline if x >= 0}):
+            busy, span = self._timeline.get(d, (None, None))
+            out.append(DeviceTime(device=d, kernel_us=round(dev_total.get(d, 0.0), 3), calls=dev_calls.get(d, 0),
+                                  busy_us=round(busy, 3) if busy is not None else None,
+                                  span_us=round(span, 3) if span is not None else None,
+                                  idle_us=round(max(0.0, span - busy), 3) if busy is not None else None))
+        if not out and -1 in self._timeline:  # the format names no device: one anonymous timeline
+            busy, span = self._timeline[-1]
+            total = sum(dev_total.values()) or sum(k.total_us for k in self._k.values())
+            out.append(DeviceTime(device=0, kernel_us=round(total, 3), calls=sum(k.calls for k in self._k.values()),
+                                  busy_us=round(busy, 3), span_us=round(span, 3), idle_us=round(max(0.0, span - busy), 3)))
+        return out

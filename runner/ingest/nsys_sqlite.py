@@ -39,10 +39,14 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
     grid = ", ".join(c if c in cols else "NULL" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
     name_expr = "s.value" if has_strings else f"k.{name_col}"
     join = f'LEFT JOIN "{tables["stringids"]}" s ON s.id = k.{name_col}' if has_strings else ""
+    short = "shortName" if "shortName" in cols and name_col != "shortName" else "NULL"
+    short_expr = "ss.value" if has_strings and short != "NULL" else (f"k.{short}" if short != "NULL" else "NULL")
+    short_join = f'LEFT JOIN "{tables["stringids"]}" ss ON ss.id = k.{short}' if has_strings and short != "NULL" else ""
     sql = (f'SELECT {name_expr}, k.{name_col}, {dev}, ({graph} IS NOT NULL) AS g, count(*), '
            f'sum(max(k."end" - k."start", 0)), min({grid.split(", ")[0]}), {grid}, '
+           f'min(max(k."end" - k."start", 0)), max(k."end" - k."start"), min({short_expr}), '
            f'sum(k."end" < k."start") '  # negative durations: counted in Profile.anomalies, not summed
-           f'FROM "{kt}" k {join} GROUP BY 2, 3, 4')
+           f'FROM "{kt}" k {join} {short_join} GROUP BY 2, 3, 4')
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
     for row in con.execute(sql):
@@ -51,9 +55,30 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
             name = f"<string id {raw}>"
         grid_v = list(row[7:10]) if all(isinstance(v, int) for v in row[7:10]) else None
         block_v = list(row[10:13]) if all(isinstance(v, int) for v in row[10:13]) else None
+        lo, hi, short_v = row[13], row[14], row[15]
         b.add(str(name), (ns or 0) / 1000.0, int(n), device=device if isinstance(device, int) else None,
-              graph=bool(g), grid=grid_v, block=block_v)
-        b.note(NEGATIVE_DURATION, int(row[13] or 0))
+              graph=bool(g), grid=grid_v, block=block_v,
+              min_us=lo / 1000.0 if isinstance(lo, (int, float)) else None,
+              max_us=hi / 1000.0 if isinstance(hi, (int, float)) else None,
+              short_name=str(short_v) if short_v is not None and str(short_v) != str(name) else None)
+        b.note(NEGATIVE_DURATION, int(row[16] or 0))
+    # Busy and idle time per device: one ordered pass, merging intervals as they come.
+    cur: dict = {}
+    for d, st, en in con.execute(f'SELECT {dev}, k."start", k."end" FROM "{kt}" k ORDER BY 1, 2'):
+        if not isinstance(st, (int, float)) or not isinstance(en, (int, float)) or en < st:
+            continue
+        c = cur.get(d)
+        if c is None:
+            cur[d] = [0.0, st, en, st, en]  # busy, run start, run end, first start, last end
+        elif st > c[2]:
+            c[0] += c[2] - c[1]
+            c[1], c[2] = st, en
+        elif en > c[2]:
+            c[2] = en
+        if c is not None:
+            c[4] = max(c[4], en)
+    for d, (busy, rs, re_, first, last) in cur.items():
+        b.timeline(d if isinstance(d, int) else None, (busy + re_ - rs) / 1000.0, (last - first) / 1000.0)
     rt = tables.get("cupti_activity_kind_runtime")
     if rt is not None and has_strings and "nameId" in _sqlite.columns(con, rt):
         row = con.execute(f'SELECT count(*) FROM "{rt}" r JOIN "{tables["stringids"]}" s ON s.id = r.nameId '

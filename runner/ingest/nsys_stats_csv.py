@@ -39,6 +39,7 @@ def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
     if tot_i is None or name_i is None:
         raise InputError("missing 'Total Time (ns)' or 'Name' column", path=str(path))
     grid_i, block_i = idx.get("gridxyz"), idx.get("blockxyz")
+    min_i, max_i = idx.get("min(ns)"), idx.get("max(ns)")
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
     for row in reader:
@@ -55,6 +56,9 @@ def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
             parts = row[i].split()
             return [int(p) for p in parts] if len(parts) == 3 and all(p.isdigit() for p in parts) else None
 
-        b.add(row[name_i].strip(), tot / 1000.0, int(n or 1), grid=xyz(grid_i), block=xyz(block_i))
+        lo = _num(row[min_i]) if min_i is not None and min_i < len(row) else None
+        hi = _num(row[max_i]) if max_i is not None and max_i < len(row) else None
+        b.add(row[name_i].strip(), tot / 1000.0, int(n or 1), grid=xyz(grid_i), block=xyz(block_i),
+              min_us=lo / 1000.0 if lo is not None else None, max_us=hi / 1000.0 if hi is not None else None)
     b.warnings.append("summary CSV: per-call timing and launch shapes are not available")
     return b.build(arch)

@@ -64,14 +64,17 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
         agent_idx = "coalesce(a.absolute_index, a.logical_index, d.agent_id)" if at else "d.agent_id"
         sql = (f'SELECT {name_expr}, {agent_idx}, count(*), sum(max(d."end" - d."start", 0)), '
                f"min(d.workgroup_size_x), min(d.workgroup_size_y), min(d.workgroup_size_z), "
-               f'min(d.grid_size_x), min(d.grid_size_y), min(d.grid_size_z), sum(d."end" < d."start") '
+               f"min(d.grid_size_x), min(d.grid_size_y), min(d.grid_size_z), "
+               f'min(max(d."end" - d."start", 0)), max(d."end" - d."start"), sum(d."end" < d."start") '
                f'FROM "{dt}" d LEFT JOIN "{st}" s ON s.id = d.kernel_id {agent_join} GROUP BY 1, 2')
-        for name, dev, n, ns, wx, wy, wz, gx, gy, gz, neg in con.execute(sql):
+        for name, dev, n, ns, wx, wy, wz, gx, gy, gz, lo, hi, neg in con.execute(sql):
             b.note(NEGATIVE_DURATION, int(neg or 0))  # left out of the sum above, reported instead
             block = [wx, wy, wz] if all(isinstance(v, int) and v > 0 for v in (wx, wy, wz)) else None
             grid = [gx // wx, gy // wy, gz // wz] if block and all(isinstance(v, int) for v in (gx, gy, gz)) else None
             b.add(str(name) if name is not None else "<unnamed kernel>", (ns or 0) / 1000.0, int(n),
-                  device=dev if isinstance(dev, int) else None, grid=grid, block=block)
+                  device=dev if isinstance(dev, int) else None, grid=grid, block=block,
+                  min_us=lo / 1000.0 if isinstance(lo, (int, float)) else None,
+                  max_us=hi / 1000.0 if isinstance(hi, (int, float)) else None)
         if at:
             acols = set(_sqlite.columns(con, at))
             want = [c if c in acols else "NULL" for c in ("absolute_index", "logical_index", "name", "product_name")]

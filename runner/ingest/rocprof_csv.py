@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
-from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, NON_FINITE_TIMESTAMP, ProfileBuilder
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, NON_FINITE_TIMESTAMP, ProfileBuilder, busy_span
 from .detect import ROCPROF_STATS_CSV, find_csv_header
 
 _AGENT_NUM = re.compile(r"(\d+)")
@@ -62,13 +62,17 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
         raise InputError("CSV has no kernel name column", path=str(path), field="Kernel_Name")
     if fmt == ROCPROF_STATS_CSV:
         calls_i, tot_i = _col(cols, "calls"), _col(cols, "totaldurationns")
+        min_i, max_i = _col(cols, "minns"), _col(cols, "maxns")
         for row in reader:
             if len(row) <= max(name_i, calls_i or 0, tot_i or 0):
                 continue
             tot, calls = _num(row[tot_i]), _num(row[calls_i])
             if tot is None or calls is None:
                 continue
-            b.add(row[name_i], tot / 1000.0, int(calls))
+            lo = _num(row[min_i]) if min_i is not None and min_i < len(row) else None
+            hi = _num(row[max_i]) if max_i is not None and max_i < len(row) else None
+            b.add(row[name_i], tot / 1000.0, int(calls), min_us=lo / 1000.0 if lo is not None else None,
+                  max_us=hi / 1000.0 if hi is not None else None)
         b.warnings.append("summary CSV: per-call timing and launch shapes are not available")
         return b.build(arch)
     start_i = _col(cols, "start_timestamp", "beginns")
@@ -81,15 +85,16 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
     if dur_i is None and (start_i is None or end_i is None):
         raise InputError("CSV has neither start/end timestamps nor a duration column", path=str(path))
     groups: dict[tuple, list] = {}
+    spans: dict = {}  # device → (start, end) ns, when the rows have timestamps
     bad = 0
     for row in reader:
         if not row or len(row) <= name_i:
             continue
+        s = _num(row[start_i]) if start_i is not None and start_i < len(row) else None
+        e = _num(row[end_i]) if end_i is not None and end_i < len(row) else None
         if dur_i is not None and dur_i < len(row) and _num(row[dur_i]) is not None:
             ns = _num(row[dur_i])
         else:
-            s = _num(row[start_i]) if start_i is not None and start_i < len(row) else None
-            e = _num(row[end_i]) if end_i is not None and end_i < len(row) else None
             if s is None or e is None:
                 bad += 1
                 continue
@@ -127,11 +132,19 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
                     grid = [g_ // b_ for g_, b_ in zip(gsz, block)]
             except ValueError:
                 block = grid = None
-            g = groups[key] = [0.0, 0, grid, block]
-        g[0] += ns / 1000.0
+            g = groups[key] = [0.0, 0, grid, block, None, None]
+        us = ns / 1000.0
+        g[0] += us
         g[1] += 1
-    for (name, dev), (us, n, grid, block) in groups.items():
-        b.add(name, us, n, device=dev, grid=grid, block=block)
+        g[4] = us if g[4] is None else min(g[4], us)
+        g[5] = us if g[5] is None else max(g[5], us)
+        if s is not None and e is not None and e >= s:
+            spans.setdefault(dev, []).append((s, e))
+    for (name, dev), (us, n, grid, block, lo, hi) in groups.items():
+        b.add(name, us, n, device=dev, grid=grid, block=block, min_us=lo, max_us=hi)
+    for dev, ivs in spans.items():
+        busy, span = busy_span(ivs)
+        b.timeline(dev, busy / 1000.0, span / 1000.0)
     if bad:
         b.warnings.append(f"{bad} rows without usable timestamps were skipped")
     devs = sorted({d for (_, d) in groups if d is not None})

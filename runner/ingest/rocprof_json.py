@@ -15,7 +15,7 @@ import orjson
 from ..errors import InputError
 from ..models import DeviceInfo, Profile
 from . import _io
-from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, ProfileBuilder
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, ProfileBuilder, busy_span
 from .arch import clean_gfx
 
 FORMAT = "rocprofv3_json"
@@ -85,6 +85,7 @@ def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
             raise InputError("buffer_records.kernel_dispatch is not a list", path=str(path),
                              field="buffer_records.kernel_dispatch")
         groups: dict[tuple, list] = {}
+        spans: dict[Any, list] = {}  # device → (start, end) in ns, for busy/idle time
         for d in dispatches:
             if not isinstance(d, dict):
                 continue
@@ -103,16 +104,24 @@ def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
                 grid = None
                 if isinstance(gr, dict) and block and all(isinstance(v, int) and v > 0 for v in block):
                     grid = [(gr.get(c) or 0) // bv for c, bv in zip("xyz", block)]
-                g = groups[key] = [0.0, 0, grid, block]
+                g = groups[key] = [0.0, 0, grid, block, None, None]
             us = (e - s) / 1000.0
-            if not 0.0 <= us < float("inf"):
+            valid = 0.0 <= us < float("inf")
+            if not valid:
                 b.note(NEGATIVE_DURATION if us < 0 else NON_FINITE_DURATION)  # counted, not clamped in
                 us = 0.0
             g[0] += us
             g[1] += 1
-        for (kid, dev), (us, n, grid, block) in groups.items():
+            g[4] = us if g[4] is None else min(g[4], us)
+            g[5] = us if g[5] is None else max(g[5], us)
+            if valid:  # an impossible interval would distort busy/idle time
+                spans.setdefault(dev, []).append((s, e))
+        for (kid, dev), (us, n, grid, block, lo, hi) in groups.items():
             name, dem = names.get(kid, (f"<kernel_id {kid}>", None))
-            b.add(name, us, n, device=dev, grid=grid, block=block, demangled=dem)
+            b.add(name, us, n, device=dev, grid=grid, block=block, demangled=dem, min_us=lo, max_us=hi)
+        for dev, ivs in spans.items():
+            busy, span = busy_span(ivs)
+            b.timeline(dev, busy / 1000.0, span / 1000.0)
     b.devices = [devices[k] for k in sorted(devices)]
     if not any(True for _ in b._k):
         b.warnings.append("no kernel_dispatch records (was rocprofv3 run with --kernel-trace?)")

@@ -13,6 +13,8 @@ Kernels replayed from a CUDA/HIP graph are never attributed through the graph la
 """
 from __future__ import annotations
 
+from array import array
+
 import gc
 import multiprocessing as mp
 import os
@@ -28,7 +30,7 @@ from ..models import DeviceInfo, Profile
 from . import _io
 from ._jsonhead import BadJSON, parse_tail, skip_value, walk, walk_stream
 from ._kineto_shard import BOUNDARY, NoBoundary, Shard, detect_prefixes, worker_range
-from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, OpRef, ProfileBuilder, make_opref
+from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, OpRef, ProfileBuilder, busy_span_arrays, make_opref
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
@@ -597,6 +599,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     groups: dict[tuple, list] = {}
     kernel_devices: set[int] = set()
     negative = infinite = 0
+    spans: dict[int, list] = {}
     for ti, t in enumerate(tables):
         names = t["names"]
         for nid, dur, dev, g, l, key in zip(t["kname"], t["kdur"], t["kdev"], t["kgraph"], t["launch"], link[ti]):
@@ -610,10 +613,24 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             gk = (names[nid], dev, key, graph)
             acc = groups.get(gk)
             if acc is None:
-                groups[gk] = [dur, 1, ti, nid]
+                groups[gk] = [dur, 1, ti, nid, dur, dur]
             else:
                 acc[0] += dur
                 acc[1] += 1
+                if dur < acc[4]:
+                    acc[4] = dur
+                if dur > acc[5]:
+                    acc[5] = dur
+        for dev, ts, dur in zip(t["kdev"], t.get("kts", ()), t["kdur"]):
+            if ts == ts and dur >= 0:
+                col = spans.get(dev)
+                if col is None:
+                    col = spans[dev] = [array("d"), array("d")]
+                col[0].append(ts)
+                col[1].append(ts + dur)
+    for dev, (starts, ends) in spans.items():
+        busy, span = busy_span_arrays(starts, ends)
+        builder.timeline(dev if dev >= 0 else None, busy, span)
     geometry: dict[str, dict] = {}
     for t in tables:
         for nid, counts in t["kgrid"].items():
@@ -625,7 +642,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         known = {gb: n for gb, n in counts.items() if gb[0] is not None} or counts
         best = max(known.items(), key=lambda kv: (kv[1], tuple(-x for x in (kv[0][0] or ()))))[0]
         chosen[name] = (list(best[0]) if best[0] else None, list(best[1]) if best[1] else None)
-    for (name, dev, key, graph), (dur, calls, ti, nid) in groups.items():
+    for (name, dev, key, graph), (dur, calls, ti, nid, lo, hi) in groups.items():
         ref = None
         if key is not None:
             ref = refs.get(key)
@@ -641,7 +658,8 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
         if dev >= 0:
             kernel_devices.add(dev)
         grid, block = chosen.get(name, (None, None))
-        builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block)
+        builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block,
+                    min_us=lo, max_us=hi)
     _mark("aggregate")
     builder.note(NEGATIVE_DURATION, negative)
     builder.note(NON_FINITE_DURATION, infinite)
