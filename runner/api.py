@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.lint import LintReport, lint
@@ -18,6 +18,9 @@ from skillrun.match import match_profile
 from skillrun.models import MatchReport, Plan, Profile
 from skillrun.plan import make_plan, problem_keys
 from skillrun.select import parse_shape
+
+if TYPE_CHECKING:
+    from skillrun.evidence import EvidenceIndex
 
 ProgressFn = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -72,6 +75,13 @@ def parse_shapes_for(report: MatchReport, index: SkillIndex, shapes) -> list[dic
     if report.matches:
         keys = problem_keys(index.skill(report.matches[0].skill_id))
     return [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+
+
+def evidence(index: SkillIndex, paths: list[str | Path] | None = None) -> "EvidenceIndex":
+    """The evidence index over validation artifacts: current / superseded / stale per (card, recipe, shape, device class, mode)."""
+    from skillrun.evidence import build_index
+
+    return build_index(index, [Path(p) for p in paths] if paths else None)
 
 
 def lint_kb(index: SkillIndex) -> LintReport:

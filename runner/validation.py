@@ -95,8 +95,19 @@ def artifact_name(record: dict[str, Any]) -> str:
     return _slug(f"{stamp}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
 
 
+def _relative_paths(record: dict[str, Any]) -> None:
+    """Paths inside an artifact are relative to the knowledge-base root, never this machine's checkout."""
+    from skillrun.evidence import kb_relative
+
+    for block, key in (("card", "path"), ("profile", "source")):
+        sub = record.get(block)
+        if isinstance(sub, dict) and isinstance(sub.get(key), str) and sub[key]:
+            sub[key] = kb_relative(sub[key])
+
+
 def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     """Validate and atomically write one artifact; returns its path. Never overwrites."""
+    _relative_paths(record)
     validate_record(record)
     base = Path(root) if root is not None else kb_root() / "validation"
     folder = base / _slug(record["card"]["id"])

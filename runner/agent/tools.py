@@ -257,15 +257,24 @@ class AgentTools:
             files = [p for p in files if p.parent.name == skill_id]
         # Names start with the UTC creation stamp, so name order is age order across card folders.
         files.sort(key=lambda p: p.name, reverse=True)
+        # The evidence index says which artifact of each (card, recipe, shape, device, mode) is current
+        # and which are superseded or stale, so the model does not quote an outdated run.
+        from skillrun.evidence import build_index
+
+        ev = build_index(self.index, files[:limit]) if files else None
         rows = []
         for p in files[:limit]:
-            try:
-                rec = yaml.safe_load(p.read_text()) or {}
-                rows.append(_artifact_row(rec, self._rel(p)))
-            except (OSError, yaml.YAMLError) as exc:
-                rows.append({"path": self._rel(p), "unreadable": str(exc).splitlines()[0]})
+            e = ev.find(p) if ev else None
+            if e is None or e.status == "invalid":
+                rows.append({"path": self._rel(p), "unreadable": (e.error if e else "not indexed") or "unreadable"})
+                continue
+            row = _artifact_row(e.record, self._rel(p))
+            row.update(status=e.status, stale=e.stale, stale_reasons=e.stale_reasons, superseded_by=e.superseded_by,
+                       verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
+            rows.append(row)
         return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
-                  hint="read one with read_validation(path=...)" if rows else "no validation artifacts yet")
+                  hint=("read one with read_validation(path=...); quote only status=current, stale=false rows as evidence"
+                        if rows else "no validation artifacts yet"))
 
 
 def _result_row(r: Any) -> Any:
