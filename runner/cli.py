@@ -339,17 +339,17 @@ def check_cmd(skill_id: str, arch: Optional[str] = typer.Option(None, "--arch"),
 def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="Artifacts or folders (default: validation/)."),
                html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page here."),
                as_json: bool = typer.Option(False, "--json")):
-    """A reviewer's table of validation artifacts (and an HTML page with speedup charts)."""
-    from skillrun.report import load_artifacts, report_table, write_html
+    """A reviewer's summary of validation artifacts: current / superseded / stale (and an HTML page with charts)."""
+    from skillrun.report import terminal_report, write_html
 
     index = _index()
-    records = load_artifacts(paths or [index.root / "validation"])
+    ev = api.evidence(index, paths)
     if as_json:
-        _emit_json(records)
+        _emit_json(ev.to_json())
     else:
-        out.print(report_table(records))
+        out.print(terminal_report(ev))
     if html:
-        page = write_html(records, html)
+        page = write_html(ev, html)
         out.print(f"wrote {page}")
 
 

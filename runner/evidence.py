@@ -484,7 +484,9 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
     loaded: list[tuple[Path, Optional[dict], Optional[str]]] = []
     if records is not None:
         for rec in records:
-            loaded.append((Path(rec.get("artifact") or "(not written)"), rec, None))
+            bad = rec.get("verdict") == "invalid" or not isinstance(rec.get("recipe"), dict)
+            loaded.append((Path(rec.get("artifact") or "(not written)"), None if bad else rec,
+                           (rec.get("reason") or "not a validation record") if bad else None))
     else:
         for f in _files(paths if paths is not None else [ev.root / "validation"]):
             try:
