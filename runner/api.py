@@ -41,8 +41,24 @@ def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchR
     return match_profile(profile, index, top=top)
 
 
-def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None) -> Plan:
-    return make_plan(profile, report, index, shapes=shapes)
+def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None,
+         evidence: "EvidenceIndex | None | bool" = True) -> Plan:
+    """Plan items for the matches; ``evidence=True`` (default) quotes the KB's current measurements, False the card priors only."""
+    if evidence is True:
+        evidence = _kb_evidence(index) if report.matches else None
+    return make_plan(profile, report, index, shapes=shapes, evidence=evidence or None)
+
+
+def _kb_evidence(index: SkillIndex) -> "EvidenceIndex | None":
+    from skillrun.errors import SkillRunError
+    from skillrun.evidence import build_index
+
+    if not (index.root / "validation").is_dir():
+        return None
+    try:
+        return build_index(index)
+    except SkillRunError:
+        return None
 
 
 @dataclass

@@ -107,24 +107,10 @@ def _print_analysis(a: "api.Analysis", top: int) -> None:
             mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
             out.print(f"    {mark} {c.name}: {c.reason}" + ("" if c.required else " [dim](informational)[/]"))
 
-    if a.plan.items:
-        out.print("[bold]Plan[/] (expected speedups are the card's prior until a run measures them)")
-    for i, it in enumerate(a.plan.items, 1):
-        shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
-        out.print(f"[bold][{i}][/] {it.skill_id}  {shape}  [dim]({it.shape_provenance}, {it.pct_gpu:.2f}% of GPU time)[/]")
-        if it.recipe:
-            tag = " [bold yellow]UNTUNED[/]" if it.untuned else ""
-            out.print(f"    recipe [bold]{it.recipe}[/]{tag} → {it.kernel_ref} {json.dumps(it.config)}")
-            if it.lever:
-                out.print(f"    lever: {it.lever}")
-        refs = it.references
-        base = ", ".join(f"{k}={v}" for k, v in refs.get("baseline", {}).items())
-        out.print(f"    references: oracle {refs.get('oracle', '—')}; baseline {base or '—'}")
-        if it.expected_speedup:
-            gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "—"
-            out.print(f"    expected {it.expected_speedup:.2f}× isolated → projected end-to-end gain f·(1−1/s) = {gain}")
-        for n in it.notes:
-            out.print(f"    [yellow]note:[/] {n}")
+    from skillrun.plan import plan_lines
+
+    for line in plan_lines(a.plan):
+        out.print(line)
 
 
 @app.callback(invoke_without_command=True)

@@ -11,7 +11,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved"]
+# inferred_loop: a run of identical-shape launches of one op (a per-batch loop) gave `batch` = run length.
+ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved", "inferred_loop"]
 Shape = dict[str, int]  # problem dimensions: M, N, K, batch, tokens, experts, topk, model_dim, inter_dim …
 
 # Names a recipe predicate may read. Problem dimensions plus device facts (see facts/).
@@ -128,6 +129,12 @@ class PlanItem(_Model):
     references: dict[str, Any] = Field(default_factory=dict)
     tolerance: dict[str, float] = Field(default_factory=dict)
     expected_speedup: Optional[float] = None
+    # Where expected_speedup comes from: the current, non-stale GPU artifact of the same card, recipe,
+    # shape and device class ("measured", quoted in `evidence`), else the card's prior.
+    expected_source: Literal["measured", "card_prior"] = "card_prior"
+    evidence: Optional[dict[str, Any]] = None  # path, created, age, speedup, noise_pct, speed, verdict, verdict_text, device, commit, shape
+    lever_measured_on: list[str] = Field(default_factory=list)  # the shapes the card's lever/loses words were measured on
+    next_command: Optional[str] = None  # the run that would measure this item, when nothing has
     projected_e2e_gain_pct: Optional[float] = None  # f·(1−1/s), in percent of total GPU time
     status: Literal["planned", "unresolved_shape", "unsupported_shape"] = "planned"
     notes: list[str] = Field(default_factory=list)
@@ -136,5 +143,9 @@ class PlanItem(_Model):
 class Plan(_Model):
     profile: str
     arch: Optional[str]
+    device: Optional[str] = None  # the profiled GPU's name, for the device class of evidence
     items: list[PlanItem] = Field(default_factory=list)
+    # Sum over items of f·(1−1/s), keeping the baseline where s < 1 (those items add 0), and the plain sum.
+    projected_gain_pct: Optional[float] = None
+    projected_gain_all_pct: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)

@@ -322,7 +322,11 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         plan.append({"skill_id": it.skill_id, "kernel": it.kernel[:160], "pct_gpu": round(it.pct_gpu, 3), "shape": it.shape,
                      "shape_provenance": it.shape_provenance, "dtype": it.dtype, "recipe": it.recipe, "untuned": it.untuned,
                      "backend": it.backend, "kernel_ref": it.kernel_ref, "status": it.status,
-                     "card_expected_speedup": it.expected_speedup, "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
+                     "expected_speedup": it.expected_speedup, "expected_source": it.expected_source,
+                     "evidence": ({k: it.evidence.get(k) for k in ("path", "age", "speedup", "versus", "noise_pct", "speed",
+                                                                    "verdict", "device", "commit")} if it.evidence else None),
+                     "lever_measured_on": it.lever_measured_on, "next_command": it.next_command,
+                     "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
                      "notes": it.notes})
     matched = sorted({m.skill_id for m in a.matches.matches})
     if matched:
@@ -344,7 +348,10 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         unmatched_hot=a.matches.unmatched_hot[:5],
         plan=plan,
         plan_warnings=a.plan.warnings,
-        caution="card_expected_speedup is the card's prior, not a measurement; only validation artifacts hold measured speedups",
+        projected_gain_pct=a.plan.projected_gain_pct,
+        caution=("expected_speedup is a measurement only where expected_source is 'measured' (then `evidence` names the "
+                 "artifact); otherwise it is the card's prior, not a measurement. A recipe's lever text is the card's words "
+                 "about the shapes in lever_measured_on"),
         next=nxt,
     )
 
