@@ -47,6 +47,9 @@ class OpCall(_Model):
     dtype: Optional[str] = None  # normalized input dtype: fp8_e4m3, fp8_e4m3_fnuz, bf16, fp16, fp32, int4 …
     scale_recipe: Optional[str] = None  # tensorwise | rowwise | blockwise_1x128_128x128 | …
     provenance: ShapeProvenance = "trace"
+    # Length of the run of identical calls of this op (same shapes) in each profiler step: a per-batch
+    # loop. The plan reads it as `batch` for batched cards (provenance inferred_loop).
+    loop_batch: Optional[int] = None
 
 
 class KernelStat(_Model):

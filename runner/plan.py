@@ -153,13 +153,24 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
     items: list[PlanItem] = []
     for m in report.matches:
         card = index.skill(m.skill_id)
-        # A per-batch loop of GEMMs shows M,N,K but not the batch: that does not determine a batched
-        # problem, so such a trace needs --shape (we do not guess the batch from call counts).
+        # A per-batch loop of GEMMs shows M,N,K but not the batch. When ingestion saw the op run as
+        # identical consecutive calls inside each profiler step (OpCall.loop_batch), that run length is
+        # the batch (provenance inferred_loop); the user's --shape overrides it.
         keys = set(problem_keys(card))
         k = by_name[m.kernel]
         shaped = [oc for oc in k.ops if oc.shape and keys <= set(oc.shape)]
         for oc in shaped:
             items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch, **ev_kw))
+        if "batch" in keys and not shapes:
+            for oc in k.ops:
+                if oc in shaped or not oc.shape or not oc.loop_batch or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
+                    continue
+                it = _item(card, k, {"batch": oc.loop_batch, **oc.shape}, "inferred_loop", oc.dtype, 100.0 * oc.total_us / total,
+                           index, profile.arch, **ev_kw)
+                it.notes.append(f"batch={oc.loop_batch} inferred from runs of {oc.loop_batch} identical {oc.op} calls "
+                                f"({','.join(f'{a}={b}' for a, b in oc.shape.items())}) per profiler step; --shape overrides it")
+                items.append(it)
+                shaped.append(oc)
         rest_us = k.total_us - sum(oc.total_us for oc in shaped)
         if rest_us > 0.005 * k.total_us or not shaped:
             share = 100.0 * rest_us / total

@@ -93,6 +93,9 @@ class ProfileBuilder:
         self.graph_launches = 0
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
+        # (op name, dims, types) → the length of the per-batch loop it runs in (readers that see
+        # call order fill it; see ._loops)
+        self.loop_batch: dict[tuple, int] = {}
 
     def add(self, name: str, total_us: float, calls: int = 1, device: Optional[int] = None,
             op: Optional[OpRef] = None, graph: bool = False, grid: Any = None, block: Any = None,
@@ -149,7 +152,8 @@ class ProfileBuilder:
                     ops.append(OpCall(op=ref.name, input_dims=_thaw(ref.dims), input_types=_thaw(ref.types),
                                       input_strides=_thaw(ref.strides), concrete_inputs=_thaw(ref.concrete),
                                       calls=agg.calls, total_us=round(agg.total_us, 3), shape=sh.shape,
-                                      dtype=sh.dtype, scale_recipe=sh.scale_recipe, provenance="trace"))
+                                      dtype=sh.dtype, scale_recipe=sh.scale_recipe, provenance="trace",
+                                      loop_batch=self.loop_batch.get((ref.name, ref.dims, ref.types))))
                 else:
                     ops.append(OpCall(op=ref.name, calls=agg.calls, total_us=round(agg.total_us, 3),
                                       provenance="unresolved"))
