@@ -192,7 +192,10 @@ def summary_row(e: Entry) -> dict[str, Any]:
     rec = e.record
     recipe = rec.get("recipe") or {}
     prod = s.production_ref
-    if s.speedup is not None:
+    if s.speedup is not None and s.mode != "gpu_measured":
+        speed = f"{s.speedup:.3f}× vs {s.versus} on the CPU"
+        speed_sub = "CPU timing: not GPU evidence"
+    elif s.speedup is not None:
         speed = f"{s.speedup:.3f}× vs {s.versus}"
         if not s.versus_production and prod is not None:
             speed += f" (not the production {prod.name})"

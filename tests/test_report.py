@@ -106,3 +106,15 @@ def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tm
     summary = text[text.index("id='summary'"):text.index("</table>", text.index("id='summary'"))]
     assert summary.index("Measured on a GPU") < summary.index("CPU numerics")
     assert "broken.yaml" in text
+
+
+def test_cpu_speedups_are_not_shown_as_gpu_evidence():
+    from skillrun.evidence import build_index
+    from skillrun.report import summary_row
+
+    cpu = record(verdict="cpu_numerics_passed", speedup=3.0)
+    cpu["device"] = {"kind": "cpu", "name": "AMD EPYC", "arch": "x86_64"}
+    cpu["mode"] = "cpu_numerics"
+    (e,) = build_index(None, records=[cpu], root=Path(".")).current_entries()
+    row = summary_row(e)
+    assert "on the CPU" in row["speed"] and "not GPU evidence" in row["speed_sub"]
