@@ -347,6 +347,7 @@ def hbar_svg(title: str, rows: list[dict[str, Any]], unit: str, ref_line: float 
     height = top + row_h * len(rows) + bottom
     vmax = max([r.get("hi") or r["value"] for r in rows] + [ref_line or 0.0]) * 1.08 or 1.0
     x = lambda v: label_w + plot_w * max(0.0, v) / vmax  # noqa: E731
+    xr = x(ref_line) if ref_line is not None else None
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
            f'height="{height}" role="img" aria-label="{e(title)}" font-family="ui-monospace,Menlo,Consolas,monospace" '
            f'font-size="{_FONT}">',
@@ -364,7 +365,8 @@ def hbar_svg(title: str, rows: list[dict[str, Any]], unit: str, ref_line: float 
         y = top + i * row_h
         out.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{e(r["label"])}</text>')
         out.append(f'<rect x="{label_w}" y="{y + 4}" width="{max(1.0, x(r["value"]) - label_w):.1f}" height="{row_h - 8}" '
-                   f'fill="{r.get("color", "#0969da")}"><title>{e(r.get("tip", r["text"]))}</title></rect>')
+                   f'fill="{r.get("color", "#0969da")}" fill-opacity="{r.get("opacity", 1.0)}">'
+                   f'<title>{e(r.get("tip", r["text"]))}</title></rect>')
         end = x(r["value"])
         if r.get("lo") is not None and r.get("hi") is not None:
             lo, hi = x(r["lo"]), x(r["hi"])
@@ -372,9 +374,11 @@ def hbar_svg(title: str, rows: list[dict[str, Any]], unit: str, ref_line: float 
             out.append(f'<path d="M{lo:.1f},{ym:.1f}H{hi:.1f}M{lo:.1f},{ym - 5:.1f}V{ym + 5:.1f}M{hi:.1f},{ym - 5:.1f}V{ym + 5:.1f}" '
                        f'stroke="#24292f" stroke-width="1" fill="none"/>')
             end = max(end, hi)
+        # The value text starts right of the bar and of the reference line, so the line never crosses it.
+        if xr is not None and end < xr:
+            end = xr
         out.append(f'<text x="{end + 6:.1f}" y="{y + 15}">{e(r["text"])}</text>')
-    if ref_line is not None:
-        xr = x(ref_line)
+    if xr is not None:
         out.append(f'<line x1="{xr:.1f}" y1="{top - 6}" x2="{xr:.1f}" y2="{axis_y}" stroke="#24292f" stroke-dasharray="4 3"/>')
         if ref_label:
             anchor = "end" if xr > label_w + plot_w / 2 else "start"
@@ -392,9 +396,10 @@ def speedup_svg(card_id: str, entries: list[Entry]) -> str | None:
         if s.speedup is None:
             continue
         n = (s.noise_pct or 0.0) / 100.0
-        label = " ".join(f"{k}={v}" for k, v in e.shape.items())
+        # Recipe and shape: two shape classes can share a shape (an untuned run and a tuned one).
+        label = e.recipe + ": " + " ".join(f"{k}={v}" for k, v in e.shape.items())
         rows.append({"label": label, "value": s.speedup, "lo": s.speedup * (1 - n), "hi": s.speedup * (1 + n),
-                     "color": SPEED_COLOR[s.speed] if not e.stale else "#d0d7de",
+                     "color": SPEED_COLOR[s.speed], "opacity": 0.35 if e.stale else 1.0,
                      "text": f"{s.speedup:.3f}× {SPEED_WORD[s.speed]}" + (" (stale)" if e.stale else ""),
                      "tip": f"{e.recipe}: {s.speedup:.3f}× vs {s.versus}, A/A noise {noise_text(s)}"})
     if not rows:
