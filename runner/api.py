@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.lint import LintReport, lint
@@ -19,6 +19,9 @@ from skillrun.models import MatchReport, Plan, Profile
 from skillrun.options import FLYDSL_ARCHS, check_arch
 from skillrun.plan import make_plan, problem_keys
 from skillrun.select import parse_shape
+
+if TYPE_CHECKING:
+    from skillrun.evidence import EvidenceIndex
 
 ProgressFn = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -42,10 +45,26 @@ def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchR
     return match_profile(profile, index, top=top)
 
 
-def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None) -> Plan:
-    out = make_plan(profile, report, index, shapes=shapes)
+def plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None,
+         evidence: "EvidenceIndex | None | bool" = True) -> Plan:
+    """Plan items for the matches; ``evidence=True`` (default) quotes the KB's current measurements, False the card priors only."""
+    if evidence is True:
+        evidence = _kb_evidence(index) if report.matches else None
+    out = make_plan(profile, report, index, shapes=shapes, evidence=evidence or None)
     out.card_problems = list(report.card_problems)
     return out
+
+
+def _kb_evidence(index: SkillIndex) -> "EvidenceIndex | None":
+    from skillrun.errors import SkillRunError
+    from skillrun.evidence import build_index
+
+    if not (index.root / "validation").is_dir():
+        return None
+    try:
+        return build_index(index)
+    except SkillRunError:
+        return None
 
 
 @dataclass
@@ -94,6 +113,13 @@ def parse_shapes_for(report: MatchReport, index: SkillIndex, shapes) -> list[dic
     if report.matches:
         keys = problem_keys(index.skill(report.matches[0].skill_id))
     return [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+
+
+def evidence(index: SkillIndex, paths: list[str | Path] | None = None) -> "EvidenceIndex":
+    """The evidence index over validation artifacts: current / superseded / stale per (card, recipe, shape, device class, mode)."""
+    from skillrun.evidence import build_index
+
+    return build_index(index, [Path(p) for p in paths] if paths else None)
 
 
 def lint_kb(index: SkillIndex) -> LintReport:

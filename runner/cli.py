@@ -212,24 +212,10 @@ def _print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
             mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
             out.print(f"    {mark} {safe(c.name)}: {safe(c.reason)}" + ("" if c.required else " [dim](informational)[/]"))
 
-    if a.plan.items:
-        out.print("[bold]Plan[/] (expected speedups are the card's prior until a run measures them)")
-    for i, it in enumerate(a.plan.items, 1):
-        shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
-        out.print(f"[bold]\\[{i}][/] {safe(it.skill_id)}  {safe(shape)}  [dim]({it.shape_provenance}, {it.pct_gpu:.2f}% of GPU time)[/]")
-        if it.recipe:
-            tag = " [bold yellow]UNTUNED[/]" if it.untuned else ""
-            out.print(f"    recipe [bold]{safe(it.recipe)}[/]{tag} → {safe(it.kernel_ref)} {safe(json.dumps(it.config))}")
-            if it.lever:
-                out.print(f"    lever: {safe(it.lever)}")
-        refs = it.references
-        base = ", ".join(f"{k}={v}" for k, v in refs.get("baseline", {}).items())
-        out.print(f"    references: oracle {safe(refs.get('oracle', '—'))}; baseline {safe(base or '—')}")
-        if it.expected_speedup:
-            gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "—"
-            out.print(f"    expected {it.expected_speedup:.2f}× isolated → projected end-to-end gain f·(1−1/s) = {gain}")
-        for n in it.notes:
-            out.print(f"    [yellow]note:[/] {safe(n)}")
+    from skillrun.plan import plan_lines
+
+    for line in plan_lines(a.plan):
+        out.print(line)
 
 
 def _version(value: bool) -> None:
@@ -598,11 +584,12 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 @guarded
 def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIFACT_OR_DIR", help="Validation artifacts or folders (default: validation/)."),
                html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here.")):
-    """A reviewer's table of validation artifacts (and an HTML page with speedup charts).
+    """A reviewer's summary of validation artifacts: current / superseded / stale, measured GPU evidence
+    first (and an HTML page with charts).
 
-    Example: skill-run report validation/flydsl_fp8_blockscale_gemm --html report.html
+    Example: skill-run report validation/triton_fp8_blockscale_gemm_sm90 --html report.html
     """
-    from skillrun.report import load_artifacts, report_table
+    from skillrun.report import terminal_report, write_html
     from skillrun.validation import load_artifact
 
     idx = _index()
@@ -614,17 +601,14 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
                 load_artifact(Path(p))
             except SkillRunError as exc:
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
-    records = load_artifacts(paths or [idx.root / "validation"])
+    ev = api.evidence(idx, paths)
     if want_json():
-        _emit_json(records)
+        _emit_json(ev.to_json())
     else:
-        _out().print(report_table(records))
+        _out().print(terminal_report(ev))
     if html:
-        from skillrun.report import write_html
-
-        page = write_html(records, html)
+        page = write_html(ev, html)
         (_out() if not want_json() else err).print(f"wrote {safe(page)}")
-
 
 @app.command("doctor")
 @guarded

@@ -11,7 +11,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved"]
+# inferred_loop: a run of identical-shape launches of one op (a per-batch loop) gave `batch` = run length.
+ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved", "inferred_loop"]
 # What a kernel does, from its name and launching op (skillrun.names.kernel_category). Communication
 # kernels (NCCL/RCCL) are reported but never offered to cards: no port replaces a collective.
 KernelCategory = Literal["gemm", "attention", "elementwise", "reduction", "communication", "memcpy", "other"]
@@ -49,6 +50,9 @@ class OpCall(_Model):
     dtype: Optional[str] = None  # normalized input dtype: fp8_e4m3, fp8_e4m3_fnuz, bf16, fp16, fp32, int4 …
     scale_recipe: Optional[str] = None  # tensorwise | rowwise | blockwise_1x128_128x128 | …
     provenance: ShapeProvenance = "trace"
+    # Length of the run of identical calls of this op (same shapes) in each profiler step: a per-batch
+    # loop. The plan reads it as `batch` for batched cards (provenance inferred_loop).
+    loop_batch: Optional[int] = None
 
 
 class KernelStat(_Model):
@@ -165,6 +169,12 @@ class PlanItem(_Model):
     references: dict[str, Any] = Field(default_factory=dict)
     tolerance: dict[str, float] = Field(default_factory=dict)
     expected_speedup: Optional[float] = None
+    # Where expected_speedup comes from: the current, non-stale GPU artifact of the same card, recipe,
+    # shape and device class ("measured", quoted in `evidence`), else the card's prior.
+    expected_source: Literal["measured", "card_prior"] = "card_prior"
+    evidence: Optional[dict[str, Any]] = None  # path, created, age, speedup, noise_pct, speed, verdict, verdict_text, device, commit, shape
+    lever_measured_on: list[str] = Field(default_factory=list)  # the shapes the card's lever/loses words were measured on
+    next_command: Optional[str] = None  # the run that would measure this item, when nothing has
     projected_e2e_gain_pct: Optional[float] = None  # f·(1−1/s), in percent of total GPU time
     status: Literal["planned", "unresolved_shape", "unsupported_shape"] = "planned"
     notes: list[str] = Field(default_factory=list)
@@ -174,5 +184,9 @@ class Plan(_Model):
     profile: str
     arch: Optional[str]
     card_problems: list[CardProblem] = Field(default_factory=list)  # cards left out of matching, and why
+    device: Optional[str] = None  # the profiled GPU's name, for the device class of evidence
     items: list[PlanItem] = Field(default_factory=list)
+    # Sum over items of f·(1−1/s), keeping the baseline where s < 1 (those items add 0), and the plain sum.
+    projected_gain_pct: Optional[float] = None
+    projected_gain_all_pct: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)

@@ -1,24 +1,31 @@
-"""The reviewer's view of validation artifacts: a terminal table and a self-contained HTML page.
+"""The reviewer's view of validation artifacts: a terminal summary and a self-contained HTML page.
 
-    from skillrun.report import load_artifacts, report_table, write_html
-    records = load_artifacts([Path("validation")])
-    rich.print(report_table(records))
-    write_html(records, Path("report.html"))
+    from skillrun.evidence import build_index
+    ev = build_index(skill_index)                       # current / superseded / stale
+    rich.print(terminal_report(ev))
+    write_html(ev, Path("report.html"))
 
-The same functions take the records ``skillrun.execute`` returns, so a run can be shown before
-(or without) writing artifacts. The HTML page needs no network: CSS is inline and the charts are
-inline PNGs (matplotlib, Agg backend). Every string from an artifact is escaped.
+Both open with the same summary: one row per current artifact of each (card, recipe = shape class,
+shape, device class, mode), measured GPU evidence first, then compile-only and CPU evidence; the
+row says the verdict, the speedup against the production reference with the A/A noise the verdict
+used, parity of the port and of every reference (failing references highlighted), the device,
+commit, date, timing mode and whether the evidence is stale. Superseded and stale records sit
+collapsed under their current one. The rows come from :func:`summary_rows`, which reads
+:func:`skillrun.evidence.summarize`, so the terminal, the page and the agent quote the same numbers.
+
+The page needs no network: CSS is inline and the charts are inline SVG written here (horizontal
+bars, one label per row, so labels cannot collide). Every string from an artifact is escaped.
+``report_table`` is the per-record table shown right after a run (before any index exists).
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
 from skillrun.errors import InputError, SkillRunError
+from skillrun.evidence import Entry, EvidenceIndex, Summary, build_index, summarize
 
 VERDICT_STYLE = {
     "validated": "bold green", "slower": "yellow", "parity_failed": "bold red", "error": "bold red",
@@ -26,14 +33,15 @@ VERDICT_STYLE = {
     "invalid": "bold magenta",
 }
 VERDICT_COLOR = {
-    "validated": "#1a7f37", "slower": "#b08800", "parity_failed": "#cf222e", "error": "#cf222e",
+    "validated": "#1a7f37", "slower": "#9a6700", "parity_failed": "#cf222e", "error": "#cf222e",
     "compile_failed": "#cf222e", "compile_verified": "#0969da", "cpu_numerics_passed": "#0969da", "skipped": "#6e7781",
     "invalid": "#8250df",
 }
+SPEED_COLOR = {"faster": "#1a7f37", "within_noise": "#6e7781", "slower": "#bf8700", "not_timed": "#8c959f"}
+SPEED_WORD = {"faster": "faster", "within_noise": "within noise", "slower": "slower", "not_timed": "not timed"}
 
 
 # ---------------------------------------------------------------------------------------- loading
-
 def load_artifacts(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """Artifacts from files and folders (recursively, ``*.yaml``), oldest name first.
 
@@ -64,7 +72,6 @@ def load_artifacts(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------- cells
-
 def _num(x: Any, digits: int = 4) -> str:
     if x is None:
         return "—"
@@ -122,10 +129,15 @@ def speedup_text(rec: dict[str, Any]) -> str:
     return f"{s:.3f}x vs {label}"
 
 
+def noise_text(s: Summary) -> str:
+    return f"{s.noise_pct:.2f}%" if s.noise_pct is not None else "—"
+
+
 def _row(rec: dict[str, Any]) -> list[str]:
     t = rec.get("timing") or {}
     parity = rec.get("parity") or {}
     ref_ms, _ = reference_ms(rec)
+    s = summarize(rec)
     return [
         (rec.get("card") or {}).get("id", "—"),
         (rec.get("recipe") or {}).get("name", "—") + (" (untuned)" if (rec.get("recipe") or {}).get("untuned") else ""),
@@ -135,7 +147,7 @@ def _row(rec: dict[str, Any]) -> list[str]:
         _num((t.get("port_ms") or {}).get("median")),
         _num(ref_ms),
         speedup_text(rec),
-        (_num(t.get("aa_noise_pct"), 2) + "%") if t.get("aa_noise_pct") is not None else "—",
+        noise_text(s),
         (_num(rec.get("pct_of_peak"), 3) + "%") if rec.get("pct_of_peak") is not None else "—",
         rec.get("verdict", "—"),
     ]
@@ -146,7 +158,7 @@ COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro
 
 
 def report_table(records: list[dict[str, Any]]):
-    """A rich Table, one row per record, the reason under each verdict."""
+    """A rich Table, one row per record, the verdict text under each verdict (shown right after a run)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -159,7 +171,7 @@ def report_table(records: list[dict[str, Any]]):
         # Artifact text is data (card ids, paths, kernel names): Text cells are never parsed as markup.
         cells = [Text(plain(c)) if isinstance(c, str) else c for c in _row(rec)]
         verdict = str(cells[-1])
-        reason = plain((rec.get("reason") or "").strip())
+        reason = plain(summarize(rec).verdict_text.strip())
         cells[-1] = Text(verdict, style=VERDICT_STYLE.get(verdict, ""))
         if reason:
             cells[-1].append("\n" + (reason[:160] + ("…" if len(reason) > 160 else "")), style="dim")
@@ -167,88 +179,272 @@ def report_table(records: list[dict[str, Any]]):
     return table
 
 
-# ---------------------------------------------------------------------------------------- HTML
+# ---------------------------------------------------------------------------------------- summary rows
+def _ref_parity(r) -> str:
+    if r.status in ("unsupported", "unavailable", "not_run"):
+        return f"{r.name} {r.status}"
+    if r.status == "error":
+        return f"{r.name} error"
+    mark = "ok" if r.parity_passed else ("FAIL" if r.parity_passed is False else "?")
+    return f"{r.name} {mark}" + (f" {_num(r.rel_fro, 2)}" if r.rel_fro is not None else "")
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+def summary_row(e: Entry) -> dict[str, Any]:
+    """One summary row as plain data (the terminal and the HTML page both render this)."""
+    s = e.summary
+    rec = e.record
+    recipe = rec.get("recipe") or {}
+    prod = s.production_ref
+    if s.speedup is not None and s.mode != "gpu_measured":
+        speed = f"{s.speedup:.3f}× vs {s.versus} on the CPU"
+        speed_sub = "CPU timing: not GPU evidence"
+    elif s.speedup is not None:
+        speed = f"{s.speedup:.3f}× vs {s.versus}"
+        if not s.versus_production and prod is not None:
+            speed += f" (not the production {prod.name})"
+        speed_sub = f"A/A noise {noise_text(s)} · {SPEED_WORD[s.speed]}"
+    elif s.mode == "gpu_measured":
+        speed = "no speedup"
+        speed_sub = "no oracle-correct reference timed" if s.verdict == "skipped" else s.verdict
+    else:
+        speed = "not timed"
+        speed_sub = {"compile_only": "compile-only: nothing ran", "cpu_numerics": "CPU numerics only"}.get(s.mode, s.mode)
+    port = "—" if s.port_parity is None else (("ok" if s.port_parity else "FAIL") + (f" {_num(s.port_rel_fro, 2)}" if s.port_rel_fro is not None else ""))
+    software = rec.get("software") or {}
+    soft = " ".join(f"{k} {v}" for k, v in software.items() if v and k in ("torch", "triton", "flydsl"))
+    evidence = ["STALE" if e.stale else "current"]
+    if e.superseded:
+        evidence.append(f"{len(e.superseded)} superseded")
+    if e.card_edited and not e.stale:
+        evidence.append("card edited")
+    return {
+        "entry": e,
+        "card": e.card,
+        "shape_class": e.recipe + (" (untuned)" if recipe.get("untuned") else ""),
+        "shape": shape_text(rec),
+        "device": s.device_class,
+        "verdict": s.verdict,
+        "verdict_text": s.verdict_text,
+        "speed": speed,
+        "speed_sub": speed_sub,
+        "speed_axis": s.speed,
+        "port_parity": port,
+        "port_failed": s.port_parity is False,
+        "ref_parity": [(_ref_parity(r), r.parity_passed is False or r.status == "error", r.production) for r in s.refs],
+        "failing_baseline": any(r.role == "baseline" and (r.parity_passed is False or r.status == "error") for r in s.refs),
+        "timing_mode": s.timing_mode or "—",
+        "commit": s.commit + (" (dirty)" if s.dirty else ""),
+        "date": s.created[:16].replace("T", " "),
+        "software": soft,
+        "evidence": evidence,
+        "stale_reasons": list(e.stale_reasons),
+        "path": e.path,
+    }
 
 
-def _speedup_chart(card_id: str, recs: list[dict[str, Any]]) -> str | None:
-    """Speedup per shape for one card (bars coloured by verdict, A/A noise as error bars)."""
-    import matplotlib
+def summary_rows(ev: EvidenceIndex) -> list[dict[str, Any]]:
+    return [summary_row(e) for e in ev.current_entries()]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rows = [r for r in recs if r.get("speedup") is not None]
+def _counts_text(ev: EvidenceIndex) -> str:
+    c = ev.counts()
+    cur = ev.current_entries()
+    gpu = sum(e.key[4] == "gpu_measured" for e in cur)
+    parts = [f"{c['current']} current ({gpu} measured on a GPU, {c['current'] - gpu} compile-only or CPU)",
+             f"{c['superseded']} superseded", f"{c['stale_current']} of the current are stale"]
+    if c["invalid"]:
+        parts.append(f"{c['invalid']} invalid file(s)")
+    return f"{c['artifacts']} artifact(s): " + ", ".join(parts)
+
+
+SUMMARY_COLUMNS = ["shape class", "shape", "device", "verdict", "speedup vs production (A/A noise)", "parity port · references",
+                   "run", "evidence"]
+
+
+def summary_table(ev: EvidenceIndex):
+    """The reviewer's first screen in the terminal: one row per current artifact, grouped by card."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="Summary: " + _counts_text(ev), show_lines=False, expand=False, title_justify="left")
+    for c in SUMMARY_COLUMNS:
+        table.add_column(c, overflow="fold")
+    card = None
+    for row in summary_rows(ev):
+        if row["card"] != card:
+            if card is not None:
+                table.add_section()
+            card = row["card"]
+            table.add_row(Text(card, style="bold"), *[""] * (len(SUMMARY_COLUMNS) - 1))
+        verdict = Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))
+        vt = row["verdict_text"].strip()
+        # The speedup cell already says faster/slower/within noise; the text matters when nothing was compared.
+        if vt and row["verdict"] not in ("validated", "slower", "compile_verified"):
+            verdict.append("\n" + vt[:100] + ("…" if len(vt) > 100 else ""), style="dim")
+        parity = Text("port " + row["port_parity"], style="bold red" if row["port_failed"] else "")
+        for text, failed, prod in row["ref_parity"]:
+            parity.append("\n" + text + (" (prod.)" if prod else ""), style="bold red" if failed else "")
+        evidence = Text(" · ".join(row["evidence"]), style="bold red" if row["entry"].stale else "")
+        for r in row["stale_reasons"][:1]:
+            evidence.append("\n" + r[:70] + ("…" if len(r) > 70 else ""), style="dim")
+        table.add_row("  " + row["shape_class"], row["shape"], row["device"], verdict,
+                      Text(row["speed"] + "\n") + Text(row["speed_sub"], style="dim"), parity,
+                      f"{row['commit']} {row['date']}\n{row['timing_mode']}", evidence)
+    return table
+
+
+def history_table(ev: EvidenceIndex):
+    """Superseded records, each under the current one that replaced it (None when there are none)."""
+    from rich.table import Table
+
+    rows = [(e, old) for e in ev.current_entries() for old in e.superseded]
+    if not rows and not ev.invalid_entries():
+        return None
+    table = Table(title="Superseded and invalid records (older runs of a row above)", show_lines=False, title_justify="left")
+    for c in ("current", "older record", "its verdict", "date", "stale"):
+        table.add_column(c, overflow="fold")
+    for cur, old in rows:
+        table.add_row(f"{cur.card} / {cur.recipe} / {shape_text(cur.record)}", old.path, old.summary.verdict,
+                      old.summary.created[:16].replace("T", " "), "stale" if old.stale else "")
+    for bad in ev.invalid_entries():
+        table.add_row("—", bad.path, "invalid", "", bad.error or "")
+    return table
+
+
+def terminal_report(ev: EvidenceIndex):
+    """Summary first, then the superseded/invalid records; a rich renderable."""
+    from rich.console import Group
+
+    parts = [summary_table(ev)]
+    hist = history_table(ev)
+    if hist is not None:
+        parts.append(hist)
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------------- SVG charts
+_FONT = 11  # px; the SVG text is monospace so a label's width is known without a browser: 0.6 em per char
+_CHAR = 0.6 * _FONT
+
+
+def _nice_step(span: float) -> float:
+    for step in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100):
+        if span / step <= 6:
+            return step
+    return span / 5
+
+
+def hbar_svg(title: str, rows: list[dict[str, Any]], unit: str, ref_line: float | None = None,
+             ref_label: str | None = None) -> str:
+    """Horizontal bars, one per row: {label, value, lo, hi, color, text}. Returns an <svg> element.
+
+    One label per row at the left and the value text at the bar's right end: nothing can overlap,
+    and the label column is as wide as the longest label (monospace, so its width is exact).
+    """
+    e = html.escape
+    row_h, top, bottom = 24, 46, 46  # title row, then a row for the reference line's label
+    label_w = int(max([len(r["label"]) for r in rows] + [8]) * _CHAR) + 14
+    text_w = int(max([len(r["text"]) for r in rows] + [6]) * _CHAR) + 12
+    plot_w = 420
+    width = label_w + plot_w + text_w + 10
+    height = top + row_h * len(rows) + bottom
+    vmax = max([r.get("hi") or r["value"] for r in rows] + [ref_line or 0.0]) * 1.08 or 1.0
+    x = lambda v: label_w + plot_w * max(0.0, v) / vmax  # noqa: E731
+    xr = x(ref_line) if ref_line is not None else None
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" role="img" aria-label="{e(title)}" font-family="ui-monospace,Menlo,Consolas,monospace" '
+           f'font-size="{_FONT}">',
+           f'<text x="4" y="15" font-size="{_FONT + 1}" font-weight="600">{e(title)}</text>']
+    step = _nice_step(vmax)
+    t = 0.0
+    axis_y = top + row_h * len(rows) + 4
+    while t <= vmax + 1e-9:
+        xt = x(t)
+        out.append(f'<line x1="{xt:.1f}" y1="{top - 4}" x2="{xt:.1f}" y2="{axis_y}" stroke="#eaeef2"/>')
+        out.append(f'<text x="{xt:.1f}" y="{axis_y + 14}" text-anchor="middle" fill="#57606a">{t:g}</text>')
+        t = round(t + step, 6)
+    out.append(f'<text x="{label_w + plot_w:.1f}" y="{axis_y + 28}" text-anchor="end" fill="#57606a">{e(unit)}</text>')
+    for i, r in enumerate(rows):
+        y = top + i * row_h
+        out.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{e(r["label"])}</text>')
+        out.append(f'<rect x="{label_w}" y="{y + 4}" width="{max(1.0, x(r["value"]) - label_w):.1f}" height="{row_h - 8}" '
+                   f'fill="{r.get("color", "#0969da")}" fill-opacity="{r.get("opacity", 1.0)}">'
+                   f'<title>{e(r.get("tip", r["text"]))}</title></rect>')
+        end = x(r["value"])
+        if r.get("lo") is not None and r.get("hi") is not None:
+            lo, hi = x(r["lo"]), x(r["hi"])
+            ym = y + row_h / 2
+            out.append(f'<path d="M{lo:.1f},{ym:.1f}H{hi:.1f}M{lo:.1f},{ym - 5:.1f}V{ym + 5:.1f}M{hi:.1f},{ym - 5:.1f}V{ym + 5:.1f}" '
+                       f'stroke="#24292f" stroke-width="1" fill="none"/>')
+            end = max(end, hi)
+        # The value text starts right of the bar and of the reference line, so the line never crosses it.
+        if xr is not None and end < xr:
+            end = xr
+        out.append(f'<text x="{end + 6:.1f}" y="{y + 15}">{e(r["text"])}</text>')
+    if xr is not None:
+        out.append(f'<line x1="{xr:.1f}" y1="{top - 6}" x2="{xr:.1f}" y2="{axis_y}" stroke="#24292f" stroke-dasharray="4 3"/>')
+        if ref_label:
+            anchor = "end" if xr > label_w + plot_w / 2 else "start"
+            out.append(f'<text x="{xr + (-4 if anchor == "end" else 4):.1f}" y="{top - 10}" text-anchor="{anchor}" '
+                       f'fill="#24292f">{e(ref_label)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def speedup_svg(card_id: str, entries: list[Entry]) -> str | None:
+    """Current GPU speedups of one card, one bar per shape; whiskers: ± the A/A noise the verdict used."""
+    rows = []
+    for e in entries:
+        s = e.summary
+        if s.speedup is None:
+            continue
+        n = (s.noise_pct or 0.0) / 100.0
+        # Recipe and shape: two shape classes can share a shape (an untuned run and a tuned one).
+        label = e.recipe + ": " + " ".join(f"{k}={v}" for k, v in e.shape.items())
+        rows.append({"label": label, "value": s.speedup, "lo": s.speedup * (1 - n), "hi": s.speedup * (1 + n),
+                     "color": SPEED_COLOR[s.speed], "opacity": 0.35 if e.stale else 1.0,
+                     "text": f"{s.speedup:.3f}× {SPEED_WORD[s.speed]}" + (" (stale)" if e.stale else ""),
+                     "tip": f"{e.recipe}: {s.speedup:.3f}× vs {s.versus}, A/A noise {noise_text(s)}"})
     if not rows:
         return None
-    labels = [shape_text(r).split(" (ran")[0] + "\n" + ((r.get("device") or {}).get("arch") or "") for r in rows]
-    vals = [float(r["speedup"]) for r in rows]
-    errs = [float(r["speedup"]) * float((r.get("timing") or {}).get("aa_noise_pct") or 0.0) / 100.0 for r in rows]
-    colors = [VERDICT_COLOR.get(r.get("verdict", ""), "#6e7781") for r in rows]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.2))
-    ax.bar(range(len(rows)), vals, color=colors, yerr=errs, capsize=4)
-    ax.axhline(1.0, color="#24292f", linewidth=1, linestyle="--")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("speedup (reference ms / port ms)")
-    ax.set_title(f"{card_id}: speedup per shape", fontsize=9)
-    for i, v in enumerate(vals):
-        ax.text(i, v, f"{v:.3f}x", ha="center", va="bottom", fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return hbar_svg(f"{card_id}: speedup per shape (reference ms / port ms)", rows, "speedup ×", 1.0, "1× = reference")
 
 
-def _timing_chart(rec: dict[str, Any]) -> str | None:
-    """Median time per slot with the p10-p90 range, for one record."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def timing_svg(rec: dict[str, Any]) -> str | None:
+    """Median per slot with the p10–p90 range, and the physical floor when known."""
     t = rec.get("timing") or {}
     slots = []
     if t.get("port_ms"):
-        slots.append(("port", t["port_ms"]))
+        slots.append(("port", t["port_ms"], "#0969da"))
     if t.get("baseline_ms"):
-        slots.append(("baseline", t["baseline_ms"]))
+        slots.append(("baseline", t["baseline_ms"], "#8c959f"))
     for name, st in (t.get("alternatives_ms") or {}).items():
-        slots.append((f"alt {name}", st))
+        slots.append((f"alt {name}", st, "#afb8c1"))
+    slots = [(n, st, c) for n, st, c in slots if isinstance(st, dict) and st.get("median") is not None]
     if not slots:
         return None
-    fig, ax = plt.subplots(figsize=(5.0, 0.5 * len(slots) + 1.0))
-    med = [s["median"] for _, s in slots]
-    lo = [s["median"] - s.get("p10", s["median"]) for _, s in slots]
-    hi = [s.get("p90", s["median"]) - s["median"] for _, s in slots]
-    ax.barh(range(len(slots)), med, xerr=[lo, hi], color=["#0969da"] + ["#8c959f"] * (len(slots) - 1), capsize=3)
-    ax.set_yticks(range(len(slots)))
-    ax.set_yticklabels([n for n, _ in slots], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms (median, p10–p90)", fontsize=8)
+    rows = [{"label": n, "value": float(st["median"]), "lo": st.get("p10"), "hi": st.get("p90"), "color": c,
+             "text": f"{float(st['median']):.4g} ms"} for n, st, c in slots]
     floor = (rec.get("physical_limit") or {}).get("floor_ms")
-    if floor:
-        ax.axvline(floor, color="#cf222e", linewidth=1, linestyle=":", label="physical floor")
-        ax.legend(fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return hbar_svg("median time per slot (whiskers p10–p90)", rows, "ms", floor, "physical floor" if floor else None)
 
 
+# ---------------------------------------------------------------------------------------- HTML
 CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#24292f;max-width:1400px}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}h3{font-size:14px}
-table{border-collapse:collapse;font-size:12px;width:100%}
-th,td{border:1px solid #d0d7de;padding:4px 6px;vertical-align:top;text-align:left}
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:16px;color:#24292f;max-width:1400px;overflow-wrap:anywhere}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #d0d7de}h3{font-size:14px;margin:18px 0 6px}
+table{border-collapse:collapse;font-size:12px;width:100%;table-layout:auto}table.summary{table-layout:fixed}
+th,td{border:1px solid #d0d7de;padding:4px 6px;vertical-align:top;text-align:left;overflow-wrap:anywhere;word-break:break-word}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.v{font-weight:600;padding:1px 6px;border-radius:10px;color:#fff;white-space:nowrap}
-.reason{color:#57606a;font-size:11px}
-details{margin:6px 0 14px 0}summary{cursor:pointer;font-size:13px}
-pre{background:#f6f8fa;padding:8px;font-size:11px;overflow-x:auto}
-.muted{color:#57606a;font-size:12px}img{max-width:100%}
+tr.card th{background:#eef2f6;font-size:13px}tr.tier th{background:#ddf4ff;font-size:12px}
+tr.stale td{background:#fff8c5}td.fail,div.fail{color:#cf222e;font-weight:600}tr.failref td.parity{background:#ffebe9}
+.v{font-weight:600;padding:1px 6px;border-radius:10px;color:#fff;display:inline-block}
+.sub,.reason{color:#57606a;font-size:11px}
+details{margin:4px 0 10px 0}summary{cursor:pointer;font-size:13px}details details{margin-left:18px}
+pre{background:#f6f8fa;padding:8px;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
+.muted{color:#57606a;font-size:12px}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}
+.tag{font-size:11px;border:1px solid #d0d7de;border-radius:8px;padding:0 5px;margin-right:3px;display:inline-block}
+.tag.stale{background:#fff8c5;border-color:#d4a72c}.tag.cur{background:#dafbe1;border-color:#4ac26b}
 """
 
 
@@ -256,13 +452,17 @@ def _badge(verdict: str) -> str:
     return f'<span class="v" style="background:{VERDICT_COLOR.get(verdict, "#6e7781")}">{html.escape(verdict)}</span>'
 
 
-def _details(rec: dict[str, Any]) -> str:
+def _details_body(rec: dict[str, Any]) -> str:
     e = html.escape
     parts = []
+    s = summarize(rec)
+    if s.verdict_text:
+        parts.append(f"<p><b>verdict</b>: {_badge(s.verdict)} {e(s.verdict_text)}</p>")
     t = rec.get("timing") or {}
     if t:
         parts.append(f"<p><b>timing</b>: {e(str(t.get('method')))}; rounds {e(str(t.get('rounds')))}, warm-up "
-                     f"{e(str(t.get('warmup')))}; cold L2: {e(str(t.get('cold_l2')))}; versus: {e(str(t.get('versus')))}</p>")
+                     f"{e(str(t.get('warmup')))}; cold L2: {e(str(t.get('cold_l2')))}; versus: {e(str(t.get('versus')))}; "
+                     f"A/A noise used by the verdict {e(noise_text(s))}</p>")
     pl = rec.get("physical_limit")
     if pl:
         parts.append(f"<p><b>physical floor</b>: {_num(pl.get('floor_ms'))} ms ({e(str(pl.get('bound')))}-bound; "
@@ -270,7 +470,7 @@ def _details(rec: dict[str, Any]) -> str:
                      f"— {'passed' if pl.get('passed') else 'FAILED'}</p>")
     gates = rec.get("slot_integrity") or {}
     if gates:
-        items = "".join(f"<li>{e(k)}: {'passed' if g.get('passed') else 'FAILED'} — {e(str(g.get('reason', '')))}</li>"
+        items = "".join(f"<li>{e(str(k))}: {'passed' if (g or {}).get('passed') else 'FAILED'} — {e(str((g or {}).get('reason', '')))}</li>"
                         for k, g in gates.items())
         parts.append(f"<p><b>slot integrity</b></p><ul>{items}</ul>")
     par = rec.get("parity") or {}
@@ -278,58 +478,131 @@ def _details(rec: dict[str, Any]) -> str:
     for name, p in [("port", par.get("port")), ("baseline", par.get("baseline"))] + \
             [(f"alt {k}", v) for k, v in (par.get("alternatives") or {}).items()]:
         if p:
-            rows.append("<tr>" + "".join(f"<td>{e(str(x))}</td>" for x in (
-                name, p.get("kernel", ""), parity_text(p), _num(p.get("max_abs_err")), _num(p.get("max_rel_err")),
-                _num(p.get("rel_fro")), _num(p.get("cosine"), 6), p.get("mismatched", "—"), p.get("nonfinite", "—"),
-                (p.get("error") or "")[:300])) + "</tr>")
+            cls = " class='fail'" if p.get("passed") is False else ""
+            rows.append(f"<tr{cls}>" + "".join(f"<td>{e(str(x))}</td>" for x in (
+                name, p.get("kernel", ""), parity_text(p), _num(p.get("max_abs_err")), _num(p.get("rel_fro")),
+                _num(p.get("cosine"), 6), p.get("mismatched", "—"), (p.get("error") or "")[:300])) + "</tr>")
     if rows:
-        parts.append("<table><tr><th>slot</th><th>kernel</th><th>parity</th><th>max abs</th><th>max rel</th><th>rel_fro</th>"
-                     "<th>cosine</th><th>mismatched</th><th>nonfinite</th><th>error</th></tr>" + "".join(rows) + "</table>")
-    chart = _timing_chart(rec)
+        parts.append("<table><tr><th>slot</th><th>kernel</th><th>parity</th><th>max abs</th><th>rel_fro</th>"
+                     "<th>cosine</th><th>mismatched</th><th>error</th></tr>" + "".join(rows) + "</table>")
+    gates_c = (rec.get("compile") or {}).get("gates") or []
+    if gates_c:
+        items = "".join(f"<li>{e(str(g.get('name')))}: {'passed' if g.get('passed') else 'FAILED'} — {e(str(g.get('reason', '')))}</li>"
+                        for g in gates_c if isinstance(g, dict))
+        parts.append(f"<p><b>compile gates</b> (static facts of the compiled code; nothing ran)</p><ul>{items}</ul>")
+    chart = timing_svg(rec)
     if chart:
-        parts.append(f'<img alt="timing" src="data:image/png;base64,{chart}">')
+        parts.append(chart)
     notes = rec.get("notes") or []
     if notes:
-        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    meta = {k: rec.get(k) for k in ("created", "mode", "seeds", "tolerance", "software", "runner", "recipe", "artifact") if rec.get(k) is not None}
+        parts.append("<ul>" + "".join(f"<li>{e(str(n))}</li>" for n in notes) + "</ul>")
+    meta = {k: rec.get(k) for k in ("created", "command", "mode", "seeds", "tolerance", "software", "runner", "card", "recipe")
+            if rec.get(k) is not None}
     parts.append("<pre>" + e("\n".join(f"{k}: {v}" for k, v in meta.items())) + "</pre>")
     return "".join(parts)
 
 
-def write_html(records: list[dict[str, Any]], out: Path) -> Path:
-    """Write one self-contained page (no external resources) and return its path."""
+def _entry_details(e: Entry) -> str:
+    esc = html.escape
+    tags = f"<span class='tag {'stale' if e.stale else 'cur'}'>{esc(e.label)}</span>"
+    title = f"{e.recipe} — {shape_text(e.record)} — {e.summary.device_class} — {e.summary.verdict}"
+    body = [f"<p class='muted'>{esc(e.path)}</p>"]
+    if e.stale:
+        body.append("<p class='fail'>stale: " + esc("; ".join(e.stale_reasons)) + "</p>")
+    elif e.card_edited:
+        body.append("<p class='muted'>the card file changed since this run; the recipe's kernel, config and tolerance did not</p>")
+    body.append(_details_body(e.record))
+    for old in e.superseded:
+        otag = f"<span class='tag'>{esc(old.label)}</span>"
+        body.append(f"<details><summary>{otag}{esc(old.summary.created[:16].replace('T', ' '))} — {esc(old.summary.verdict)} "
+                    f"— {esc(old.path)}</summary><p class='muted'>superseded by {esc(str(old.superseded_by))}</p>"
+                    f"{_details_body(old.record)}</details>")
+    return f"<details><summary>{tags}{esc(title)}</summary>{''.join(body)}</details>"
+
+
+def summary_html(ev: EvidenceIndex) -> str:
     e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in SUMMARY_COLUMNS)
+    # Fixed column widths: long verdict texts wrap inside their column instead of starving the others.
+    cols = "".join(f"<col style='width:{w}%'>" for w in (11, 12, 8, 21, 13, 15, 9, 11))
+    out = [f"<table id='summary' class='summary'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>"]
+    tier_of = {"gpu_measured": "Measured on a GPU", "cpu_numerics": "CPU numerics (no GPU timing)",
+               "compile_only": "Compile-only checks on a CPU (nothing ran; no timing, no numerics)"}
+    tier = card = None
+    for row in summary_rows(ev):
+        ent: Entry = row["entry"]
+        t = tier_of.get(ent.key[4], ent.key[4])
+        if t != tier:
+            tier, card = t, None
+            out.append(f"<tr class='tier'><th colspan='{len(SUMMARY_COLUMNS)}'>{e(t)}</th></tr>")
+        if row["card"] != card:
+            card = row["card"]
+            out.append(f"<tr class='card'><th colspan='{len(SUMMARY_COLUMNS)}'>{e(card)}</th></tr>")
+        cls = " ".join(c for c in ("stale" if ent.stale else "", "failref" if row["failing_baseline"] else "") if c)
+        refs = "".join(f"<div class='{'fail' if failed else ''}'>{e(text)}{' (production)' if prod else ''}</div>"
+                       for text, failed, prod in row["ref_parity"])
+        vt = row["verdict_text"]
+        evid = " ".join(f"<span class='tag {'stale' if w == 'STALE' else ('cur' if w == 'current' else '')}'>{e(w)}</span>"
+                        for w in row["evidence"])
+        if row["stale_reasons"]:
+            evid += "<div class='sub'>" + e("; ".join(row["stale_reasons"])) + "</div>"
+        out.append(
+            f"<tr class='{cls}' data-path='{e(row['path'])}'>"
+            f"<td>{e(row['shape_class'])}</td><td>{e(row['shape'])}</td><td>{e(row['device'])}</td>"
+            f"<td>{_badge(row['verdict'])}<div class='reason'>{e(vt[:220])}{'…' if len(vt) > 220 else ''}</div></td>"
+            f"<td><div style='color:{SPEED_COLOR[row['speed_axis']]};font-weight:600'>{e(row['speed'])}</div>"
+            f"<div class='sub'>{e(row['speed_sub'])}</div></td>"
+            f"<td class='parity'><div class='{'fail' if row['port_failed'] else ''}'>port {e(row['port_parity'])}</div>{refs}</td>"
+            f"<td>{e(row['commit'])}<div class='sub'>{e(row['date'])} · {e(row['timing_mode'])}</div>"
+            f"<div class='sub'>{e(row['software'])}</div></td>"
+            f"<td>{evid}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def render_html(ev: EvidenceIndex, title: str = "skillrun validation report") -> str:
+    e = html.escape
+    body = [f"<h1>{e(title)}</h1><p class='muted'>{e(_counts_text(ev))}</p>",
+            "<p class='muted'>One row per current artifact of each card, shape class (recipe), shape, device class and mode; "
+            "older runs of the same row are superseded and sit collapsed under it below. Speedup = reference median ms / port "
+            "median ms from same-session interleaved rounds, against the card's production baseline unless it failed the fp32 "
+            "oracle or refused the shape (then the row names the reference used). A speedup inside the A/A noise is "
+            "'within noise'. Stale: the kernel source or the recipe changed since the run. Compile-only rows are static facts "
+            "of compiled code: nothing ran.</p>",
+            "<h2>Summary</h2>", summary_html(ev)]
+    by_tier: dict[str, dict[str, list[Entry]]] = defaultdict(lambda: defaultdict(list))
+    for ent in ev.current_entries():
+        by_tier["gpu" if ent.key[4] == "gpu_measured" else "other"][ent.card].append(ent)
+    if by_tier.get("gpu"):
+        body.append("<h2>Measured on a GPU</h2>")
+        for card, ents in by_tier["gpu"].items():
+            body.append(f"<h3>{e(card)}</h3>")
+            chart = speedup_svg(card, ents)
+            if chart:
+                body.append(chart)
+            body += [_entry_details(x) for x in ents]
+    if by_tier.get("other"):
+        body.append("<h2>Compile-only and CPU evidence</h2>")
+        for card, ents in by_tier["other"].items():
+            body.append(f"<h3>{e(card)}</h3>")
+            body += [_entry_details(x) for x in ents]
+    bad = ev.invalid_entries()
+    if bad:
+        body.append("<h2>Invalid files</h2><ul>" + "".join(f"<li>{e(b.path)}: {e(b.error or '')}</li>" for b in bad) + "</ul>")
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{e(title)}</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write_html(evidence: EvidenceIndex | list[dict[str, Any]], out: Path) -> Path:
+    """Write one self-contained page (no external resources) and return its path.
+
+    Takes an evidence index, or plain records (a run's results), which are indexed without a
+    knowledge base (so nothing is marked stale).
+    """
+    ev = evidence if isinstance(evidence, EvidenceIndex) else build_index(None, records=evidence, root=Path.cwd())
+    page = render_html(ev)
     out = Path(out)
-    by_card: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_card[(r.get("card") or {}).get("id", "—")].append(r)
-    counts: dict[str, int] = defaultdict(int)
-    for r in records:
-        counts[r.get("verdict", "—")] += 1
-    body = [f"<h1>skillrun validation report</h1><p class='muted'>{len(records)} record(s): "
-            + ", ".join(f"{_badge(v)} {n}" for v, n in sorted(counts.items())) + "</p>"]
-    body.append("<p class='muted'>Speedup = reference median ms / port median ms from same-session interleaved rounds; "
-                "the reference is the card's baseline unless it failed the fp32 oracle or refused the shape "
-                "(then an oracle-correct alternative, named in the 'speedup vs' column). Error bars: A/A noise floor. "
-                "CPU rows carry numerics only (no GPU timing).</p>")
-    head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
-    for card_id, recs in by_card.items():
-        body.append(f"<h2>{e(card_id)}</h2>")
-        chart = _speedup_chart(card_id, recs)
-        if chart:
-            body.append(f'<img alt="speedup per shape" src="data:image/png;base64,{chart}">')
-        rows = []
-        for r in recs:
-            cells = _row(r)
-            tds = "".join(f"<td class='num'>{e(c)}</td>" if i in (5, 6, 8, 9) else f"<td>{e(c)}</td>" for i, c in enumerate(cells[:-1]))
-            tds += f"<td>{_badge(cells[-1])}<div class='reason'>{e((r.get('reason') or '')[:400])}</div></td>"
-            rows.append(f"<tr>{tds}</tr>")
-        body.append(f"<table><tr>{head}</tr>{''.join(rows)}</table>")
-        for r in recs:
-            title = f"{shape_text(r)} — {device_text(r)} — {r.get('verdict', '—')}"
-            body.append(f"<details><summary>{e(title)}</summary>{_details(r)}</details>")
-    page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>skillrun validation report</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
     out.parent.mkdir(parents=True, exist_ok=True)
     from skillrun.atomic import write_atomic
 

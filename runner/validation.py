@@ -101,6 +101,16 @@ def artifact_name(record: dict[str, Any]) -> str:
     return _slug(f"{stamp}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
 
 
+def _relative_paths(record: dict[str, Any]) -> None:
+    """Paths inside an artifact are relative to the knowledge-base root, never this machine's checkout."""
+    from skillrun.evidence import kb_relative
+
+    for block, key in (("card", "path"), ("profile", "source")):
+        sub = record.get(block)
+        if isinstance(sub, dict) and isinstance(sub.get(key), str) and sub[key]:
+            sub[key] = kb_relative(sub[key])
+
+
 # An artifact is a few dozen KiB; one far past this is not evidence we wrote.
 MAX_ARTIFACT_BYTES = 4 << 20
 
@@ -115,6 +125,7 @@ def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     # Trace-derived text (kernel/op names, the command line) is scrubbed once more before it
     # becomes evidence that reports and agents will show.
     record = scrub(record)
+    _relative_paths(record)
     validate_record(record)
     base = Path(root) if root is not None else kb_root() / "validation"
     folder = base / _slug(record["card"]["id"])

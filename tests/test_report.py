@@ -1,7 +1,6 @@
 """The reviewer's table and HTML page, on hand-made artifacts (no execution needed)."""
 from __future__ import annotations
 
-import base64
 import re
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def test_table_says_what_each_speedup_is_against(artifacts: Path):
     assert "1.100x vs alt padded" in text
     assert "FAIL 54" in text  # the wrong baseline's parity is visible
     assert "ran M=256 N=256 K=256" in text  # CPU proxy shape is visible
-    assert "0.7%" in text and "42.5%" in text
+    assert "0.70%" in text and "42.5%" in text
     for v in ("validated", "cpu_numerics_passed", "invalid"):
         assert v in text
 
@@ -97,8 +96,25 @@ def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tm
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)  # nothing fetched from a network
     assert "<script>" not in text and "&lt;script&gt;" in text
-    pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    assert "data:image/png" not in text  # vector charts only
+    svgs = re.findall(r"<svg [^>]*>", text)
     # One speedup chart for the card plus one timing chart per timed record.
-    assert len(pngs) == 3
-    assert all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
-    assert "alternative padded" in text
+    assert len(svgs) == 3
+    assert "padded" in text
+    # The summary comes first, measured GPU rows before CPU rows; the broken file is listed, not hidden.
+    assert text.index("id='summary'") < text.index("<svg")
+    summary = text[text.index("id='summary'"):text.index("</table>", text.index("id='summary'"))]
+    assert summary.index("Measured on a GPU") < summary.index("CPU numerics")
+    assert "broken.yaml" in text
+
+
+def test_cpu_speedups_are_not_shown_as_gpu_evidence():
+    from skillrun.evidence import build_index
+    from skillrun.report import summary_row
+
+    cpu = record(verdict="cpu_numerics_passed", speedup=3.0)
+    cpu["device"] = {"kind": "cpu", "name": "AMD EPYC", "arch": "x86_64"}
+    cpu["mode"] = "cpu_numerics"
+    (e,) = build_index(None, records=[cpu], root=Path(".")).current_entries()
+    row = summary_row(e)
+    assert "on the CPU" in row["speed"] and "not GPU evidence" in row["speed_sub"]

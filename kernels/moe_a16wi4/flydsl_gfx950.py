@@ -19,8 +19,14 @@ Decode tile rules (stage 1): the 4 waves split ``n_waves = 4 / k_wave`` ways alo
 ways along K (intra-block slice-K, reduced through LDS), so narrow ``tile_n`` (16/32) still gives
 every wave a 16-column MFMA strip and the grid (``blocks * I / tile_n``) fills the GPU at 1-16 tokens.
 ``tile_m`` defaults from tokens*topk/experts when the recipe omits it. The K loop is **rolled**
-(runtime ``scf.for``) for ``tile_m <= 16`` and unrolled above, as in the seed (``k_loop`` overrides).
-``b_nt`` = 2 marks weight loads non-temporal (streaming), 0 = cached.
+(runtime ``scf.for``) for ``tile_m <= 16`` and unrolled above, as in the seed (``k_loop`` overrides),
+except for the one combination the seed found the rolled loop computes wrongly: ``k_wave == 1`` (four
+N-waves) with one N accumulator per wave and ``tile_k >= 256`` (e.g. stage 2's t16x64x256). That stage
+falls back to the unrolled body whatever ``k_loop`` says (:func:`roll_is_safe`; a correctness guard,
+checked here by compiling only: no GPU has run it).
+``b_nt`` = 2 marks stage-1 weight loads non-temporal (streaming), 0 = cached. Stage 2 runs
+``stage2_b_nt`` = 0 by default: the seed's int4 stage 2 never registered b_nt and ran (and was tuned)
+L2-cached.
 """
 from __future__ import annotations
 
@@ -58,10 +64,11 @@ class Config:
     tile_k: int = 128
     k_wave: int = 1
     b_nt: int = 2
-    k_loop: str | None = None  # "rolled" | "unrolled"; default: rolled iff tile_m <= 16
+    k_loop: str | None = None  # "rolled" | "unrolled"; default: rolled iff tile_m <= 16 (and roll_is_safe)
     stage2_tile_n: int | None = None
     stage2_tile_k: int | None = None
     stage2_k_wave: int = 1
+    stage2_b_nt: int = 0
     waves_per_eu: int = 0
 
 
@@ -82,9 +89,24 @@ class Plan:
     tile_m: int
     s1: StageConfig
     s2: StageConfig
-    rolled: bool
-    b_nt: int
+    rolled: bool  # stage 1's K loop
+    b_nt: int  # stage 1's weight-load policy
     waves_per_eu: int
+    rolled2: bool = False  # stage 2's K loop
+    b_nt2: int = 0  # stage 2's weight-load policy
+
+    def stage_rolled(self, stage: int) -> bool:
+        return self.rolled if stage == 1 else self.rolled2
+
+    def stage_b_nt(self, stage: int) -> int:
+        return self.b_nt if stage == 1 else self.b_nt2
+
+
+def roll_is_safe(sc: StageConfig) -> bool:
+    """False for the combination the seed's rolled loop got wrong (aiter PR #4646): k_wave == 1 (four
+    N-waves), one N accumulator per wave (tile_n == 64) and tile_k >= 256; the unrolled body is correct there."""
+    n_acc = sc.tile_n // sc.n_waves // 16
+    return not (sc.k_wave == 1 and n_acc == 1 and sc.tile_k >= 256)
 
 
 def _check_stage(name: str, sc: StageConfig, tile_m: int, N: int, K: int, gs: int) -> None:
@@ -122,17 +144,20 @@ def make_plan(shape: dict, config: dict | None) -> Plan:
     _check_stage("stage 2", s2, tm, D, I, gs)
     if D % 32 or I % 32:
         raise UnsupportedShape("model_dim and inter_dim must be multiples of 32 (kpack-16 preshuffle)")
-    rolled = (tm <= 16) if c.k_loop is None else (c.k_loop == "rolled")
     if c.k_loop not in (None, "rolled", "unrolled"):
         raise ValueError(f"k_loop must be 'rolled' or 'unrolled', got {c.k_loop!r}")
-    if c.b_nt not in (0, 2):
-        raise ValueError(f"b_nt must be 0 (cached) or 2 (streaming), got {c.b_nt}")
+    want_roll = (tm <= 16) if c.k_loop is None else (c.k_loop == "rolled")
+    # The guard wins over k_loop: a rolled body known to compute wrong results is never built.
+    rolled, rolled2 = want_roll and roll_is_safe(s1), want_roll and roll_is_safe(s2)
+    for name, v in (("b_nt", c.b_nt), ("stage2_b_nt", c.stage2_b_nt)):
+        if v not in (0, 2):
+            raise ValueError(f"{name} must be 0 (cached) or 2 (streaming), got {v}")
     # 32-bit buffer offsets: f32 output [T, D], act [blocks*tile_m, I], all experts' f32 scales.
     sizes = {"out32": T * D * 4, "act": L.blocks_bound(T, topk, E, tm) * tm * I * 2, "scales": E * (D // gs) * 2 * I * 4}
     big = [k for k, v in sizes.items() if v >= 2**31 - 16]
     if big:
         raise UnsupportedShape(f"{big} exceed 2 GiB (32-bit buffer offsets)")
-    return Plan(T, D, I, E, topk, gs, tm, s1, s2, rolled, c.b_nt, c.waves_per_eu)
+    return Plan(T, D, I, E, topk, gs, tm, s1, s2, rolled, c.b_nt, c.waves_per_eu, rolled2, c.stage2_b_nt)
 
 
 def _stage_geometry(p: Plan, stage: int, arch: str) -> dict:
@@ -149,7 +174,8 @@ def _stage_geometry(p: Plan, stage: int, arch: str) -> dict:
         stage=stage, sc=sc, K=K, N_out=N_out, N_w=N_w, sets=sets, m_rep=m_rep, n_acc=n_acc, tm=p.tile_m,
         G=K // p.gs, gs=p.gs, topk=p.topk, E=p.E, n_ktiles=K // sc.tile_k, a_tile=a_tile,
         a_steps=a_tile // (16 * NTHREADS), steps=sc.k_slice // L.MFMA_K, lane_bytes=sc.k_slice // 8,
-        lds_bytes=max(2 * a_tile, red_bytes), rolled=p.rolled, b_nt=p.b_nt, gfx950=arch.startswith("gfx950"),
+        lds_bytes=max(2 * a_tile, red_bytes), rolled=p.stage_rolled(stage), b_nt=p.stage_b_nt(stage),
+        gfx950=arch.startswith("gfx950"),
         T_pairs=p.T * p.topk, D=p.D, I=p.I,
     )
 
@@ -356,8 +382,8 @@ def _moe_stage_body(g: dict, OUT, A, W, S, SIDS, BEXP, WTS, T) -> None:
 
 def _kernel_name(p: Plan, stage: int, arch: str) -> str:
     sc = p.s1 if stage == 1 else p.s2
-    loop = "roll" if p.rolled else "unroll"
-    return (f"{KERNEL_PREFIX}_g{stage}_{arch}_t{p.tile_m}x{sc.tile_n}x{sc.tile_k}_kw{sc.k_wave}_nt{p.b_nt}_{loop}"
+    loop = "roll" if p.stage_rolled(stage) else "unroll"
+    return (f"{KERNEL_PREFIX}_g{stage}_{arch}_t{p.tile_m}x{sc.tile_n}x{sc.tile_k}_kw{sc.k_wave}_nt{p.stage_b_nt(stage)}_{loop}"
             f"_d{p.D}_i{p.I}_e{p.E}_k{p.topk}_g{p.gs}")
 
 
@@ -422,7 +448,8 @@ def compile_only(shape: dict, config: dict, arch: str) -> dict:
 
         return make_launcher(p, arch), (*_placeholders(p), fx.Stream(None))
 
-    describe = {"plan": {"tile_m": p.tile_m, "stage1": asdict(p.s1), "stage2": asdict(p.s2), "rolled": p.rolled, "b_nt": p.b_nt},
+    describe = {"plan": {"tile_m": p.tile_m, "stage1": asdict(p.s1), "stage2": asdict(p.s2), "rolled": p.rolled, "b_nt": p.b_nt,
+                         "stage2_rolled": p.rolled2, "stage2_b_nt": p.b_nt2},
                 "shape": dict(shape)}
     return _compile_only(make, arch=arch, tag=_kernel_name(p, 1, arch), describe=describe)
 

@@ -260,16 +260,24 @@ class AgentTools:
             files = [p for p in files if p.parent.name == skill_id]
         # Names start with the UTC creation stamp, so name order is age order across card folders.
         files.sort(key=lambda p: p.name, reverse=True)
+        # The evidence index says which artifact of each (card, recipe, shape, device, mode) is current
+        # and which are superseded or stale, so the model does not quote an outdated run.
+        from skillrun.evidence import build_index
+
+        ev = build_index(self.index, files[:limit]) if files else None
         rows = []
         for p in files[:limit]:
-            try:
-                # Bounded like every artifact read: a regular file, size-capped, no alias bombs.
-                rec = bounded_yaml.load(read_regular(p, MAX_ARTIFACT_BYTES, "validation artifact").decode("utf-8")) or {}
-                rows.append(_artifact_row(rec, self._rel(p)))
-            except (OSError, yaml.YAMLError, UnicodeDecodeError, SkillRunError) as exc:
-                rows.append({"path": self._rel(p), "unreadable": str(exc).splitlines()[0]})
+            e = ev.find(p) if ev else None
+            if e is None or e.status == "invalid":
+                rows.append({"path": self._rel(p), "unreadable": (e.error if e else "not indexed") or "unreadable"})
+                continue
+            row = _artifact_row(e.record, self._rel(p))
+            row.update(status=e.status, stale=e.stale, stale_reasons=e.stale_reasons, superseded_by=e.superseded_by,
+                       verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
+            rows.append(row)
         return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
-                  hint="read one with read_validation(path=...)" if rows else "no validation artifacts yet")
+                  hint=("read one with read_validation(path=...); quote only status=current, stale=false rows as evidence"
+                        if rows else "no validation artifacts yet"))
 
 
 def _result_row(r: Any) -> Any:
@@ -319,7 +327,11 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         plan.append({"skill_id": it.skill_id, "kernel": it.kernel[:160], "pct_gpu": round(it.pct_gpu, 3), "shape": it.shape,
                      "shape_provenance": it.shape_provenance, "dtype": it.dtype, "recipe": it.recipe, "untuned": it.untuned,
                      "backend": it.backend, "kernel_ref": it.kernel_ref, "status": it.status,
-                     "card_expected_speedup": it.expected_speedup, "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
+                     "expected_speedup": it.expected_speedup, "expected_source": it.expected_source,
+                     "evidence": ({k: it.evidence.get(k) for k in ("path", "age", "speedup", "versus", "noise_pct", "speed",
+                                                                    "verdict", "device", "commit")} if it.evidence else None),
+                     "lever_measured_on": it.lever_measured_on, "next_command": it.next_command,
+                     "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
                      "notes": it.notes})
     matched = sorted({m.skill_id for m in a.matches.matches})
     if matched:
@@ -342,7 +354,10 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         unmatched_hot=a.matches.unmatched_hot[:5],
         plan=plan,
         plan_warnings=a.plan.warnings,
-        caution="card_expected_speedup is the card's prior, not a measurement; only validation artifacts hold measured speedups",
+        projected_gain_pct=a.plan.projected_gain_pct,
+        caution=("expected_speedup is a measurement only where expected_source is 'measured' (then `evidence` names the "
+                 "artifact); otherwise it is the card's prior, not a measurement. A recipe's lever text is the card's words "
+                 "about the shapes in lever_measured_on"),
         next=nxt,
     )
 

@@ -34,6 +34,10 @@ _PREFIX_RE = re.compile(rb'"cat"(\s*:\s*)"(?:kernel|cuda_runtime|cuda_driver|cpu
 _STRIP = b": ,\n\r\t{"
 _GRAPH_LAUNCH = b"GraphLaunch"
 _SIG_KEYS = ("Concrete Inputs", "Input type", "Input Strides", "Input Dims")
+# Profiler-step annotations (host side; "gpu_user_annotation" is the device-side copy): they bound
+# the runs of identical launches that :mod:`._loops` reads as per-batch loops.
+_STEP_RE = re.compile(rb'"cat"\s*:\s*"user_annotation"\s*,\s*"name"\s*:\s*"ProfilerStep#\d+"\s*,\s*"pid"\s*:\s*[^,]*,'
+                      rb'\s*"tid"\s*:\s*(-?\d+)\s*,\s*"ts"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"dur"\s*:\s*(-?[0-9.eE+-]+)')
 
 
 _RX_CACHE: dict = {}
@@ -172,6 +176,7 @@ class Shard:
         self.slow_chunks = 0
         self.events_bad = 0
         self._nest: Optional[dict] = None
+        self.steps: list[tuple] = []  # ProfilerStep annotations: (tid, start, end)
 
     # ------------------------------------------------------------------ shared helpers
     def _name_id(self, raw: Any) -> int:
@@ -238,6 +243,9 @@ class Shard:
             if not isinstance(ev, dict):
                 continue
             cat = ev.get("cat")
+            if cat == "user_annotation":
+                self._step(ev)
+                continue
             if cat not in ("kernel", "cuda_runtime", "cuda_driver", "cpu_op"):
                 continue
             if ev.get("ph", "X") != "X":
@@ -265,6 +273,19 @@ class Shard:
             else:
                 self._launch(name, _tid(ev.get("tid")), ts if ts is not None else -1.0, args)
 
+    def _step(self, ev: dict) -> None:
+        name = ev.get("name")
+        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+        if isinstance(name, str) and name.startswith("ProfilerStep#") and ts is not None and dur is not None:
+            self.steps.append((_tid(ev.get("tid")), ts, ts + dur))
+
+    def _scan_steps(self, buf: bytes) -> None:
+        if b"ProfilerStep#" not in buf:
+            return
+        for m in _STEP_RE.finditer(buf):
+            ts, dur = float(m.group(2)), float(m.group(3))
+            self.steps.append((int(m.group(1)), ts, ts + dur))
+
     # ------------------------------------------------------------------ fast path: raw bytes
     def scan_chunk(self, buf: bytes, prefixes: dict[bytes, bytes], base: int = -1) -> None:
         """Read one chunk of whole events; ``base`` is its file offset (-1: not a file).
@@ -278,6 +299,7 @@ class Shard:
             self._scan_fast(buf, _regex(prefixes), base, prefixes[CATS_KERNEL])
             if base < 0:
                 self._scan_ops(buf, prefixes[CAT_OP])
+            self._scan_steps(buf)
             self.fast_chunks += 1
         except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
             self._rollback(mark)
@@ -472,7 +494,8 @@ class Shard:
                 "kcorr": array("q", self.kcorr), "kext": array("q", self.kext), "kdev": array("q", self.kdev),
                 "kgraph": array("b", self.kgraph), "launch": launch,
                 "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
-                "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad}
+                "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad,
+                "steps": self.steps}
 
     def lookup_launches(self, corrs: Iterable[int]) -> dict[int, tuple]:
         get = self.launches.get

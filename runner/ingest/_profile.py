@@ -169,6 +169,9 @@ class ProfileBuilder:
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
         self.anomalies: dict[str, int] = {}
+        # (op name, dims, types) → the length of the per-batch loop it runs in (readers that see
+        # call order fill it; see ._loops)
+        self.loop_batch: dict[tuple, int] = {}
         self._timeline: dict[int, tuple[float, float]] = {}  # device → (busy µs, span µs)
 
     def note(self, kind: str, n: int = 1) -> None:
@@ -266,7 +269,8 @@ class ProfileBuilder:
                                       input_types=scrub(_thaw(ref.types)), input_strides=_thaw(ref.strides),
                                       concrete_inputs=scrub(_thaw(ref.concrete)), calls=agg.calls,
                                       total_us=round(agg.total_us, 3), shape=shape, dtype=sh.dtype,
-                                      scale_recipe=sh.scale_recipe, provenance=prov))
+                                      scale_recipe=sh.scale_recipe, provenance=prov,
+                                      loop_batch=self.loop_batch.get((ref.name, ref.dims, ref.types))))
                 else:
                     ops.append(OpCall(op=scrub_text(ref.name), calls=agg.calls, total_us=round(agg.total_us, 3),
                                       provenance="unresolved"))

@@ -555,10 +555,13 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     _mark("op lookups")
     # 4. Validate each ext link against the launch; queue nesting lookups.
     link: list[list] = []
+    # (thread, op start) of each kernel's launching op call, for per-batch loop inference (._loops).
+    when: list[list] = []
     queries: list[tuple] = []
     qref: list[tuple] = []
     for ti, t in enumerate(tables):
         col = []
+        wcol = []
         for ki, (x, l, g) in enumerate(zip(cand_cols[ti], t["launch"], t["kgraph"])):
             graph = bool(g) or (l is not None and l[1])
             op = ops.get(x) if x >= 0 else None
@@ -568,11 +571,13 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                     op = None
             key = (op[0], op[1]) if op is not None else None
             col.append(key)
+            wcol.append((op[4], op[2]) if op is not None and not graph else None)
             has_dims = key is not None and opkeys[key][2]
             if not graph and not has_dims and l is not None and l[3] >= 0:
                 queries.append((l[2], l[3]))
                 qref.append((ti, ki))
         link.append(col)
+        when.append(wcol)
 
     if queries:
         best_any: list[Optional[tuple]] = [None] * len(queries)  # (op start, shard, opkey id)
@@ -587,10 +592,13 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                     best_dims[qi] = (d_ts, si, d_oid)
         for qi, (ti, ki) in enumerate(qref):
             bd, ba = best_dims[qi], best_any[qi]
+            tid = queries[qi][0]
             if bd is not None:
                 link[ti][ki] = (bd[1], bd[2])
+                when[ti][ki] = (tid, bd[0])
             elif link[ti][ki] is None and ba is not None:
                 link[ti][ki] = (ba[1], ba[2])
+                when[ti][ki] = (tid, ba[0])
 
     _mark("validate+nest")
     # 5. Aggregate per (name, device, op, graph) and hand over to the builder.
@@ -663,8 +671,24 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     _mark("aggregate")
     builder.note(NEGATIVE_DURATION, negative)
     builder.note(NON_FINITE_DURATION, infinite)
+    _infer_loops(tables, link, when, refs, builder)
     if bad_sigs:
         builder.warnings.append(f"{bad_sigs} launching ops had unreadable argument records (shapes skipped)")
     builder.kernel_devices = kernel_devices
 
 
+
+
+def _infer_loops(tables: list, link: list, when: list, refs: dict, builder: ProfileBuilder) -> None:
+    """Runs of identical launching ops inside one profiler step → ``batch`` for those ops (see ._loops)."""
+    from ._loops import loop_batches
+
+    inst = [(w[0], w[1], key) for col, wcol in zip(link, when) for key, w in zip(col, wcol)
+            if key is not None and w is not None]
+    if not inst:
+        return
+    steps = [s for t in tables for s in t.get("steps", ())]
+    for key, n in loop_batches(inst, steps).items():
+        ref = refs.get(key)
+        if ref is not None and ref.dims is not None:
+            builder.loop_batch[(ref.name, ref.dims, ref.types)] = n

@@ -150,14 +150,20 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
     vdir = validation_dir or (index.root / "validation")
     n_art = 0
     if vdir.is_dir():
-        from skillrun.validation import artifact_files, load_artifact
+        from skillrun.evidence import build_index
 
-        for path in artifact_files(vdir):
-            n_art += 1
-            try:
-                load_artifact(path)
-            except SkillRunError as exc:
-                rep.errors.append(exc)
+        ev = build_index(index, [vdir])
+        n_art = len(ev.entries)
+        for e in ev.invalid_entries():
+            rep.errors.append(SkillRunError(e.error or "not a validation artifact", path=str(e.abs_path)))
+        # A card may cite an older run (as history), but never without the run that replaced it.
+        for card in index.skills.values():
+            cited = [str(a) for a in card.data.get("validation", {}).get("artifacts", []) or []]
+            for i, art in enumerate(cited):
+                e = ev.find(index.root / art) if art.startswith("validation/") else None
+                if e is not None and e.status == "superseded" and e.superseded_by not in cited:
+                    _err(rep.errors, card, f"validation.artifacts.{i}",
+                         f"cites {art}, which is superseded by {e.superseded_by}; cite the current one too")
     rep.checked = {"skills": max(index.card_files, len(index.skills)), "facts": max(index.fact_files, len(index.facts)),
                    "artifacts": n_art}
     return rep

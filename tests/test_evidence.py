@@ -1,0 +1,187 @@
+"""The evidence index: current / superseded / stale, KB-relative paths, one source for verdict text and noise."""
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from kbfixture import CARD, make_kb
+from skillrun.evidence import build_index, kb_relative, summarize
+from skillrun.kb.index import SkillIndex
+from skillrun.report import render_html, terminal_report
+from skillrun.validation import write_artifact
+
+KERNEL_SRC = "def build(**kw):\n    return None\n"
+
+
+def _card() -> dict:
+    card = copy.deepcopy(CARD)
+    for r in card["recipes"]:
+        r["kernel"] = "skillrun_kernels.toykern:build"
+    return card
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    root = make_kb(tmp_path / "kb", card=_card())
+    (root / "kernels").mkdir()
+    (root / "kernels" / "toykern.py").write_text(KERNEL_SRC)
+    return root
+
+
+def record(root: Path, created: str, shape: dict, recipe: str = "narrow_n", config=None, kernel_sha=None,
+           card_sha=None, speedup=1.2, verdict="validated") -> dict:
+    card_path = root / "skills" / "toy_blockscale" / "SKILL.md"
+    return {
+        "schema_version": 1, "created": created,
+        "card": {"id": "toy_blockscale", "revision": "abc", "path": str(card_path),
+                 "sha256": card_sha or hashlib.sha256(card_path.read_bytes()).hexdigest()},
+        "runner": {"version": "0.1.0", "git_revision": "abc1234", "dirty": False},
+        "recipe": {"name": recipe, "untuned": False, "kernel": "skillrun_kernels.toykern:build", "backend": "triton",
+                   "config": config if config is not None else {"block_m": 128},
+                   "kernel_source_sha256": kernel_sha or hashlib.sha256(KERNEL_SRC.encode()).hexdigest()},
+        "shape": shape,
+        "device": {"kind": "cuda", "name": "NVIDIA H200", "arch": "sm_90"},
+        "software": {"python": "3.12", "torch": "2.11", "triton": "3.6", "flydsl": None},
+        "mode": "gpu_measured",
+        "tolerance": {"rtol": 0.01, "atol": 0.01, "min_cosine": 0.999},
+        "parity": {"port": {"passed": True, "rel_fro": 0.0017}, "baseline": {"passed": True, "rel_fro": 0.0017, "kernel": "k:build_cublas"}},
+        "timing": {"method": "device events", "cuda_graph": True, "versus": "baseline (k:build_cublas)",
+                   "port_ms": {"median": 1.0, "min": 0.9}, "baseline_ms": {"median": speedup, "min": speedup},
+                   "aa_noise_pct": 0.5, "aa": {"slot": "baseline", "aa_noise_pct": 0.5, "aa_medians_pct": 2.0}},
+        "speedup": speedup, "verdict": verdict,
+        "reason": f"port matches the fp32 oracle and is {speedup:.3f}x vs baseline (A/A noise 2.00%)",
+    }
+
+
+NARROW = {"M": 4096, "N": 2048, "K": 7168}
+WIDE = {"M": 4096, "N": 65536, "K": 1536}
+
+
+@pytest.fixture
+def labelled(kb: Path) -> tuple[Path, dict[str, Path]]:
+    v = kb / "validation"
+    paths = {
+        "old": write_artifact(record(kb, "2026-11-29T10:00:00+00:00", NARROW, speedup=1.1), v),
+        "new": write_artifact(record(kb, "2026-11-29T11:00:00+00:00", NARROW, speedup=1.3), v),
+        # The kernel source changed since this run: stale, though it is the only (so the current) run of its row.
+        "stale": write_artifact(record(kb, "2026-11-29T12:00:00+00:00", WIDE, recipe="wide_n", config={"tile_m": 64, "tile_n": 256},
+                                       kernel_sha="0" * 64), v),
+        # Card text edited since (sha differs) but the recipe is as it ran: current, not stale.
+        "edited": write_artifact(record(kb, "2026-11-29T12:30:00+00:00", {"M": 16384, "N": 7168, "K": 768}, recipe="k_light",
+                                        config={"tile_m": 64}, card_sha="f" * 64), v),
+        # The recipe's config changed since the run: stale.
+        "config": write_artifact(record(kb, "2026-11-29T13:00:00+00:00", {"M": 64, "N": 4096, "K": 4096}, recipe="wide_n",
+                                        config={"tile_m": 32, "tile_n": 256}), v),
+    }
+    return kb, paths
+
+
+def test_index_labels_current_superseded_and_stale(labelled):
+    kb, paths = labelled
+    ev = build_index(SkillIndex.load(kb))
+    by = {name: ev.find(p) for name, p in paths.items()}
+    assert by["new"].status == "current" and not by["new"].stale
+    assert by["old"].status == "superseded" and by["old"].superseded_by == by["new"].path
+    assert by["new"].superseded == [by["old"]]
+    assert by["stale"].status == "current" and by["stale"].stale
+    assert any("kernel source kernels/toykern.py changed" in r for r in by["stale"].stale_reasons)
+    assert by["edited"].card_edited and not by["edited"].stale
+    assert by["config"].stale and "config changed" in by["config"].stale_reasons[0]
+    assert ev.counts() == {"artifacts": 5, "current": 4, "superseded": 1, "stale_current": 2, "invalid": 0}
+    # Paths are relative to the KB root, in the index and inside the written artifact.
+    assert by["new"].path.startswith("validation/toy_blockscale/")
+    assert yaml.safe_load(paths["new"].read_text())["card"]["path"] == "skills/toy_blockscale/SKILL.md"
+
+
+def test_kernel_edit_makes_a_fresh_artifact_stale(labelled):
+    kb, paths = labelled
+    assert not build_index(SkillIndex.load(kb)).find(paths["new"]).stale
+    (kb / "kernels" / "toykern.py").write_text(KERNEL_SRC + "# tuned\n")
+    assert build_index(SkillIndex.load(kb)).find(paths["new"]).stale
+
+
+def test_report_shows_each_label(labelled):
+    kb, paths = labelled
+    ev = build_index(SkillIndex.load(kb))
+    console = Console(record=True, width=400)
+    console.print(terminal_report(ev))
+    text = console.export_text()
+    assert text.index("Summary") < text.index("Superseded")
+    summary = text[:text.index("Superseded")]
+    assert "1.300× vs cublas" in summary and "1.100×" not in summary  # only the current run is in the summary
+    assert summary.count("STALE") == 2 and "1 superseded" in summary and "card edited" in summary
+    history = text[text.index("Superseded"):]
+    assert ev.find(paths["old"]).path in history  # the older run is listed under the history, not in the summary
+    page = render_html(ev)
+    summary_html = page[page.index("id='summary'"):page.index("</table>", page.index("id='summary'"))]
+    assert summary_html.count("data-path=") == 4
+    assert summary_html.count(">STALE<") == 2
+    assert "superseded by " + ev.find(paths["old"]).superseded_by in page
+
+
+def test_noise_column_and_verdict_text_agree():
+    rec = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath(
+        "validation/triton_fp8_blockscale_gemm_sm90/20261129T092451Z_prefill_very_wide_n_M4096xN65536xK1536_gpu_measured.yaml").read_text())
+    s = summarize(rec)
+    # The harness compared against max(ratio noise 0.79%, medians noise 1.36%); the bare field says 0.79.
+    assert rec["timing"]["aa_noise_pct"] < 1.0
+    assert f"A/A noise {s.noise_pct:.2f}%" in s.verdict_text
+    assert s.speed == "slower" and s.versus == "cublas_blockwise" and s.versus_production
+
+
+def test_within_noise_is_its_own_speed_axis():
+    rec = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath(
+        "validation/triton_fp8_blockscale_gemm_sm90/20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml").read_text())
+    assert rec["verdict"] == "slower"
+    assert summarize(rec).speed == "within_noise"
+
+
+def test_new_references_block_is_read_first():
+    rec = {"verdict": "validated", "mode": "gpu_measured", "speedup": 1.21, "recipe": {"name": "r"}, "card": {"id": "c"},
+           "device": {"kind": "cuda", "name": "NVIDIA H200", "arch": "sm_90"},
+           "timing": {"aa_noise_pct": 9.9, "versus": "baseline (x)", "port_ms": {"median": 1.0, "min": 1.0}},
+           "verdict_text": "faster than mslk_rowwise_batched (1.21x, A/A noise 2.1%), and bf16_loop fails the oracle",
+           "references": [
+               {"name": "mslk_rowwise_batched", "role": "baseline", "production": True, "status": "ok",
+                "parity": {"passed": True, "rel_fro": 0.0027}, "median_ms": 1.21, "speedup": 1.21, "noise_pct": 2.1, "speed": "faster"},
+               {"name": "bf16_loop", "role": "alternative", "production": False, "status": "ok",
+                "parity": {"passed": False, "rel_fro": 0.02}, "median_ms": 2.0, "speedup": 2.0, "noise_pct": 2.1, "speed": "faster"},
+               {"name": "cutlass_grouped", "role": "alternative", "production": False, "status": "unavailable", "error": "no module"}]}
+    s = summarize(rec)
+    assert s.noise_pct == 2.1 and s.verdict_text.startswith("faster than mslk")
+    assert s.versus == "mslk_rowwise_batched" and s.versus_production
+    assert [r.name for r in s.failing_references] == ["bf16_loop"]
+    assert s.refs[2].status == "unavailable" and s.refs[2].parity_passed is None
+
+
+def test_measured_lookup_respects_device_class_and_staleness(labelled):
+    kb, paths = labelled
+    ev = build_index(SkillIndex.load(kb))
+    hit = ev.measured("toy_blockscale", "narrow_n", NARROW, arch="sm_90", device_name="NVIDIA H200")
+    assert hit is not None and hit.path == ev.find(paths["new"]).path
+    assert ev.measured("toy_blockscale", "narrow_n", NARROW, arch="sm_90", device_name="NVIDIA H100 80GB HBM3") is None
+    assert ev.measured("toy_blockscale", "narrow_n", NARROW, arch="gfx950") is None
+    assert ev.measured("toy_blockscale", "wide_n", WIDE, arch="sm_90") is None
+    assert ev.measured("toy_blockscale", "wide_n", WIDE, arch="sm_90", include_stale=True) is not None
+
+
+def test_invalid_files_are_entries_not_crashes(kb: Path):
+    (kb / "validation" / "toy_blockscale").mkdir(parents=True)
+    (kb / "validation" / "toy_blockscale" / "broken.yaml").write_text("schema_version: 1\nverdict: [\n")
+    ev = build_index(SkillIndex.load(kb))
+    assert ev.counts()["invalid"] == 1 and "cannot read" in ev.invalid_entries()[0].error
+
+
+@pytest.mark.parametrize("raw,want", [
+    ("/work/main/skills/x/SKILL.md", "skills/x/SKILL.md"),
+    ("skills/x/SKILL.md", "skills/x/SKILL.md"),
+    ("/home/u/trace.json", "/home/u/trace.json"),
+])
+def test_kb_relative(raw, want, tmp_path):
+    assert kb_relative(raw, tmp_path) == want
+    assert kb_relative(tmp_path / "validation" / "a.yaml", tmp_path) == "validation/a.yaml"

@@ -1,0 +1,94 @@
+"""The plan quotes measurements: the current non-stale artifact of the same card, recipe, shape and device class."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from skillrun import api
+from skillrun.evidence import build_index
+from skillrun.kb.index import SkillIndex
+from skillrun.plan import plan_lines
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+CARD = "triton_fp8_blockscale_gemm_sm90"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    index = SkillIndex.load(REPO)
+    return index, api.analyze(DEMO, index=index)
+
+
+def test_demo_plan_quotes_the_committed_h200_artifacts(demo):
+    index, a = demo
+    ev = build_index(index)
+    items = [it for it in a.plan.items if it.skill_id == CARD]
+    assert len(items) >= 5
+    for it in items:
+        hit = ev.measured(CARD, it.recipe, it.shape, arch="sm_90", device_name="NVIDIA H200")
+        assert hit is not None, f"no committed artifact for {it.recipe} {it.shape}"
+        assert it.expected_source == "measured"
+        assert it.evidence["path"] == hit.path and it.evidence["path"].startswith(f"validation/{CARD}/")
+        assert it.expected_speedup == hit.summary.speedup  # the measurement, not the card prior
+        assert it.evidence["shape"] == it.shape and "old" in it.evidence["age"]
+        assert it.next_command is None
+    by_shape = {tuple(it.shape.values()): it for it in items}
+    wide = by_shape[(4096, 65536, 1536)]
+    card_prior = index.skill(CARD).recipe(wide.recipe).expected_speedup
+    assert card_prior == 0.88 and wide.expected_speedup == pytest.approx(0.8793)
+    assert any("keep the baseline" in n for n in wide.notes)
+    # 64x7168x2048 measured inside the A/A noise: said so, not "slower".
+    assert any("inside the A/A noise" in n for n in by_shape[(64, 7168, 2048)].notes)
+    # Every item quotes a slower or within-noise port: adopting only winners gains nothing.
+    assert a.plan.projected_gain_pct == 0.0
+    assert a.plan.projected_gain_all_pct == pytest.approx(sum(it.projected_e2e_gain_pct for it in a.plan.items), abs=1e-3)
+
+
+def test_demo_plan_text_names_evidence_and_total(demo):
+    _, a = demo
+    text = "\n".join(plan_lines(a.plan))
+    assert "measured[/] on H200 (sm_90)" in text
+    assert "evidence: validation/triton_fp8_blockscale_gemm_sm90/20261129T092451Z_prefill_very_wide_n" in text
+    assert "Projected end-to-end gain" in text
+    assert "card prior" not in text.split("Projected")[0].replace("card's prior", "")
+
+
+def test_cli_plan_prints_measured_expectation():
+    from skillrun.cli import app
+
+    res = CliRunner().invoke(app, ["plan", str(DEMO)])
+    assert res.exit_code == 0, res.output
+    flat = re.sub(r"\s+", " ", res.output)
+    assert "expected 0.879× measured on H200 (sm_90)" in flat
+    assert "Projected end-to-end gain" in flat
+
+
+def test_without_evidence_the_plan_says_prior_and_next_command(demo):
+    index, a = demo
+    bare = api.plan(a.profile, a.matches, index, evidence=False)
+    it = next(i for i in bare.items if i.skill_id == CARD and i.shape == {"M": 4096, "N": 2048, "K": 7168})
+    assert it.expected_source == "card_prior" and it.evidence is None
+    assert it.expected_speedup == index.skill(CARD).recipe(it.recipe).expected_speedup
+    assert it.next_command == f"skill-run run {CARD} --shape M=4096,N=2048,K=7168"
+    text = "\n".join(plan_lines(bare))
+    assert "card prior" in text and "next: [bold]skill-run run" in text
+
+
+def test_lever_is_scoped_to_the_shapes_it_was_measured_on(demo):
+    index, a = demo
+    # A shape the K-light recipe covers but was not measured on: its lever words are the card's about 16384x7168x768.
+    prof = a.profile
+    shapes = [{"M": 4096, "N": 7168, "K": 768}]
+    from skillrun.plan import _item
+
+    k = prof.kernels[0]
+    it = _item(index.skill(CARD), k, shapes[0], "user", None, 10.0, index, "sm_90")
+    assert it.recipe == "prefill_k_light"
+    assert it.lever_measured_on == ["M=16384,N=7168,K=768"]
+    line = next(l for l in plan_lines(type(a.plan)(profile="x", arch="sm_90", items=[it])) if "lever" in l)
+    assert "measured on M=16384,N=7168,K=768, not this shape" in line
+    assert it.next_command is not None and it.expected_source == "card_prior"
