@@ -10,6 +10,12 @@ verify as "correct and fast". Two checks catch that:
   another slot's ops must not appear, and a slot that declares host ops must show them.
 * **aliasing**: the port's output must not share storage with a reference's output or with any
   input/prepared operand (a "kernel" returning its input, or a cached baseline result).
+* **timed rounds observed in place**: besides the launches profiled before timing, a few timed
+  rounds at random positions are profiled (RoundObserver), so a port that behaves on its first calls
+  only is seen; a port that branches on the profiler being on is caught by the sampled output checks
+  (worker.session) if its other code is wrong, and cannot branch at all on a replayed CUDA graph.
+* **input checksums** (``digests``): every byte of each operand's storage, before and after a
+  candidate's calls. A write restored bit for bit before the call returns is not visible this way.
 
 ``evaluate_names`` is pure so it can be tested without a profiler.
 """
@@ -247,8 +253,8 @@ class RoundObserver:
     """Profiles one slot's launch at a time in the timed rounds the timing loop picked at random.
 
     Each observed launch gets its own profiler session, so the names seen belong to that slot alone
-    (no scope bookkeeping); the profiler's start/stop cost is outside the slot's measured interval
-    only in the sense that those rounds never enter the statistics (timing.interleave keeps them apart).
+    (no scope bookkeeping). The profiler's start/stop cost does fall inside those launches' measured
+    intervals, which is why timing.interleave keeps observed rounds out of the statistics.
     """
 
     def __init__(self, use_device: bool) -> None:

@@ -5,6 +5,16 @@ Tasks (JSON):
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
+The port is untrusted code (so is every reference), and both tasks are built so that gaming the
+measurement fails: inputs are checksummed around every call (a candidate that writes its operands
+fails; in the session each slot has its own copy, so the others never see it), the oracle comes from
+pristine inputs and a degenerate one (all zeros, constant, non-finite) rejects the problem's input
+generation, timed input sets get new content on every visit (input_sets.py) and the outputs of timed
+calls chosen at random after they returned are checked against the oracle of that content, and the
+kernel names are taken from timed rounds profiled in place at random positions (on a GPU with
+cuda_graph, from replays of the captured graphs). All of it runs between rounds, after the device
+is synchronized, never inside a measured launch.
+
 Only torch, the problem/kernel modules and light skillrun modules are imported here (never
 pydantic models), so the child runs on a device image that lacks the runner's extras.
 """
