@@ -211,9 +211,12 @@ def _session(task: dict) -> dict:
             budget = 1 << 30
         n_sets, cold = timing.rotation_sets(bytes_per_set, tcfg.get("l2_bytes"), tcfg.get("cold_l2", "rotate"),
                                             int(tcfg.get("max_sets", 32)), budget)
-        # At least two sets, and new content on every visit (InputSets.refresh): a repeated timed
-        # call never sees inputs it has seen before, whatever the L2 mode.
-        n_sets = max(2, n_sets)
+        # New content on every visit (InputSets.refresh): a repeated timed call never sees inputs it has
+        # seen before, whatever the L2 mode. Two sets at least where memory allows, so the buffer changes
+        # too; a single set only happens when one set is a good part of the device memory, far beyond L2,
+        # so rewriting it just before its next use cannot leave it warm.
+        if n_sets < 2 and budget >= 2 * bytes_per_set:
+            n_sets = 2
     res["bytes_per_set"], res["input_sets"], res["cold_l2"] = bytes_per_set, n_sets, cold
 
     # 1. aliasing: references first, then the port, on the same content (each on its own copy).
