@@ -49,6 +49,7 @@ CARDS = [
     card("untrusted_b_scratch_exact", f"{U}:build_b_scratch_exact"),
     card("untrusted_proxy_hook", "defects.proxy_hook:build"),
     _zero_problem_card(),
+    card("untrusted_toy_triton", "defects.toy_triton:build", backend="triton"),
 ]
 
 
@@ -196,6 +197,22 @@ def test_kernel_module_cannot_choose_its_proxy_shape(kb):
     assert all(s["elements"] == 256 * 256 for s in rec["parity"]["port"]["seeds"])
     note = next(n for n in rec["notes"] if n.startswith("CPU numerics on a proxy shape"))
     assert "chosen by the runner" in note and "no say" in note
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graph", [False, True])
+def test_gpu_timed_rounds_are_profiled_in_place_and_their_outputs_checked(kb, graph):
+    """On a GPU: kernel names from timed rounds (eager: profiled in place; graphs: replays of the captured graphs)."""
+    index, out = kb
+    (rec,) = run_skill(index, "untrusted_toy_triton", [{"M": 1024, "N": 1024, "K": 1024}], validation_root=out,
+                       rounds=30, cuda_graph=graph)
+    assert rec["verdict"] in ("validated", "slower"), rec["reason"]
+    g = gate(rec)
+    assert g["passed"] and g["level"] == "device kernels"
+    assert g["observed_rounds"]["launches"] == 3
+    assert g["observed_rounds"]["what"].startswith("graph replays" if graph else "eager launches")
+    assert g["sampled_timed_outputs"]["checked"] == 16 and g["sampled_timed_outputs"]["failed"] == 0
+    assert g["input_checksums"]["mutated"] == 0 and rec["timing"]["cuda_graph"] is graph
 
 
 # ----------------------------------------------------------------------------------------------
