@@ -76,8 +76,8 @@ class InputSets:
             ref = self.problem.oracle(self.master[j]).float()
             why = parity.degenerate(ref)
             if why:
-                raise DegenerateInput(f"test input rejected: {self.problem_name}.make_inputs(shape={self.shape}) gives inputs "
-                                      f"whose {why[4:]}; every candidate could agree with it: fix the problem's input generation")
+                raise DegenerateInput(f"test input rejected: {self.problem_name}.make_inputs(shape={self.shape}) gives a "
+                                      f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
             self._oracle[j] = ref
         return self._oracle[j]
 
