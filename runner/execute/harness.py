@@ -347,7 +347,8 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
         "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000,
         "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
-                 + [{"slot": slot, "ref": r["ref"], "config": {}} for slot, r in in_session],
+                 + [{"slot": slot, "ref": r["ref"], "config": {}, "isolated_parity": bool(r["parity"]["passed"])}
+                    for slot, r in in_session],
         "aa_slot": correct[0] if correct else None,
         "profile_launches": opts.profile_launches if be.gpu else 1,
         "timing": {"timer": timer, "rounds": opts.rounds, "warmup": opts.warmup, "cold_l2": opts.cold_l2,

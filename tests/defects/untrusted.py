@@ -36,8 +36,10 @@ def build_memo_ptr(shape: dict, config: dict, device: str) -> KernelLaunch:
     def body(p, out):
         key = (p["a"].data_ptr(), p["b"].data_ptr())
         if key not in cache:
-            cache[key] = _honest(p["a"], p["b"]).to(out.dtype)
-        out.copy_(cache[key])
+            # Holding the operands keeps their addresses from being reused by later, different inputs
+            # (what makes it pass isolated parity, where each seed gets freshly allocated tensors).
+            cache[key] = (_honest(p["a"], p["b"]).to(out.dtype), p["a"], p["b"])
+        out.copy_(cache[key][0])
         return out
 
     return _port("port_memo_ptr", body)
