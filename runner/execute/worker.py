@@ -297,6 +297,7 @@ def _session(task: dict) -> dict:
                 res["cuda_graph"] = True
             except Exception as exc:
                 res["notes"].append(f"CUDA graph capture failed ({str(exc)[:200]}); timed eager launches")
+        sets.in_place = bool(res["cuda_graph"])  # only captured graphs need prepare's operands copied in place
         aa = task.get("aa_slot")
         if aa in fns:
             fns[f"{aa}#aa"] = fns[aa]
