@@ -8,7 +8,9 @@ Phases per item (each a child process, see isolate.py):
   A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
      built and gated on the fp32 oracle over fresh seeds with a poisoned output.
   B. session, one child: every candidate that built, together: output aliasing, slot integrity
-     (profiler names), then same-session interleaved timing with an A/A copy of the reference.
+     (profiler names), then same-session interleaved timing with an A/A copy of the reference;
+     the port is untrusted code: inputs checksummed around every call, new input content on every
+     timed visit with randomly sampled outputs checked, timed rounds profiled in place (worker.py).
   C. here: physical-limit check, choice of the reference the speedup is against (the baseline if
      it is oracle-correct, else an oracle-correct alternative, said in ``timing.versus``), verdict.
 """
