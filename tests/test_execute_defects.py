@@ -91,10 +91,12 @@ def test_port_that_returns_the_baseline_output_fails_aliasing(kb):
     assert "baseline output" in rec["slot_integrity"]["aliasing"]["value"]
 
 
-def test_port_that_returns_an_input_fails_aliasing(kb):
+def test_port_that_returns_an_input_is_caught_writing_it(kb):
+    # It hides its (right) result in operand a: the input checksum around its isolated call sees the
+    # write before the aliasing gate could (tests/test_execute_untrusted.py covers mutation in depth).
     rec = run(kb, "defect_returns_input")
-    assert rec["verdict"] == "error"
-    assert "inputs" in rec["slot_integrity"]["aliasing"]["value"]
+    assert rec["verdict"] == "parity_failed" and rec["reason"].startswith("port wrote to its inputs")
+    assert rec["parity"]["port"]["input_mutation"] == ["a"]
 
 
 def test_wrong_baseline_is_recorded_and_speedup_is_against_the_correct_alternative(kb):

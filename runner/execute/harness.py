@@ -8,7 +8,9 @@ Phases per item (each a child process, see isolate.py):
   A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
      built and gated on the fp32 oracle over fresh seeds with a poisoned output.
   B. session, one child: every candidate that built, together: output aliasing, slot integrity
-     (profiler names), then same-session interleaved timing with an A/A copy of the reference.
+     (profiler names), then same-session interleaved timing with an A/A copy of the reference;
+     the port is untrusted code: inputs checksummed around every call, new input content on every
+     timed visit with randomly sampled outputs checked, timed rounds profiled in place (worker.py).
   C. here: physical-limit check, choice of the reference the speedup is against (the baseline if
      it is oracle-correct, else an oracle-correct alternative, said in ``timing.versus``), verdict.
 """
@@ -22,6 +24,7 @@ from skillrun.errors import SkillRunError, UsageError
 from skillrun.execute.backends import Backend, make_backend
 from skillrun.execute.isolate import run_task
 from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
+from skillrun.execute.proxy import proxy_shape
 from skillrun.execute.stats import aa_noise, summarize
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
@@ -43,6 +46,8 @@ class ExecOptions:
     timer: str | None = None  # None = the backend's default ("event" on GPUs, none on the CPU); "wall"; "module:factory"
     peaks: PeakTable | None = None
     profile_launches: int = 3
+    check_timed: int = 16  # timed rounds whose outputs are checked against the oracle (chosen at random, after the fact)
+    observe_rounds: int = 3  # extra timed rounds profiled in place (random positions; never in the statistics)
     proxy_caps: dict[str, int] | None = None
     max_sets: int = 32
     max_timing_s: float | None = 120.0
@@ -64,6 +69,8 @@ class ExecOptions:
             raise UsageError(f"isolation must be spawn or fork, not {opts.isolation!r}", field="isolation")
         if opts.seeds < 1 or opts.rounds < 1:
             raise UsageError("seeds and rounds must be >= 1", field="seeds/rounds")
+        if opts.check_timed < 1 or opts.observe_rounds < 0:
+            raise UsageError("check_timed must be >= 1 and observe_rounds >= 0", field="check_timed/observe_rounds")
         return opts
 
 
@@ -266,7 +273,7 @@ def _tail(res: dict[str, Any]) -> str:
     return " | " + " / ".join(lines[-3:])[:600]
 
 
-def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, shape: dict, proxy: bool) -> dict[str, Any]:
+def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, shape: dict) -> dict[str, Any]:
     if not ref:
         return {"status": "missing", "role": role, "name": name,
                 "parity": {"passed": False, "supported": False, "error": f"the card names no {ctx.be.kind} {role}"}}
@@ -274,8 +281,6 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
             "tolerance": ctx.tol}
-    if proxy:
-        task["proxy"] = {"caps": ctx.opts.proxy_caps}
     res = ctx.run(task, ctx.item.backend)
     res["name"], res["ref"], res["role"] = name, ref, role
     if res["status"] == "error":
@@ -299,18 +304,18 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     be, opts, card = ctx.be, ctx.opts, ctx.card
     ctx.tol = rec["tolerance"]
     refs = card.references
-    proxy = not be.gpu
-    port = _candidate(ctx, "port", "port", rec["recipe"]["kernel"], rec["recipe"]["config"], rec["shape"], proxy)
-    shape = port.get("shape") or rec["shape"]
-    if proxy and port.get("proxy_shape"):
-        rec["proxy_shape"] = port["proxy_shape"]
-        ctx.notes.append(f"CPU numerics on a proxy shape {_shape_text(port['proxy_shape'])} (planned "
-                         f"{_shape_text(rec['shape'])}); proxy chosen by {port.get('proxy_how')}")
+    shape = dict(rec["shape"])
+    if not be.gpu:  # the runner picks the proxy here, in the parent: no module a card names has a say (proxy.py)
+        shape, how = proxy_shape(rec["shape"], opts.proxy_caps)
+        rec["proxy_shape"] = shape
+        ctx.notes.append(f"CPU numerics on a proxy shape {_shape_text(shape)} (planned {_shape_text(rec['shape'])}); "
+                         f"proxy chosen by {how}")
+    port = _candidate(ctx, "port", "port", rec["recipe"]["kernel"], rec["recipe"]["config"], shape)
     if not be.gpu:
         ctx.notes.append("no GPU on this machine: numerics only, no GPU timing was possible"
                          + (" (Triton kernels ran in the interpreter, TRITON_INTERPRET=1)" if rec["recipe"]["backend"] == "triton" else ""))
-    base = _candidate(ctx, "baseline", "baseline", be.baseline_ref(refs), {}, shape, False)
-    alts = [_candidate(ctx, "alternative", a["name"], a["kernel"], {}, shape, False) for a in be.alternatives(refs)]
+    base = _candidate(ctx, "baseline", "baseline", be.baseline_ref(refs), {}, shape)
+    alts = [_candidate(ctx, "alternative", a["name"], a["kernel"], {}, shape) for a in be.alternatives(refs)]
     rec["parity"] = {"port": _parity_block(port), "baseline": _parity_block(base)}
     if alts:
         rec["parity"]["alternatives"] = {a["name"]: _parity_block(a) for a in alts}
@@ -324,11 +329,15 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     if port["status"] == "unsupported":
         rec.update(verdict="skipped", reason=f"the port does not support this shape: {port['parity'].get('error')}")
         return
+    if port.get("input_error"):  # the problem's inputs, not the port, are at fault
+        rec.update(verdict="error", reason=str(port.get("error"))[:800])
+        return
     if port["status"] != "ok":
         rec.update(verdict="error", reason=f"port failed to build/run: {rec['parity']['port'].get('error')}")
         return
     if not port["parity"]["passed"]:
-        rec.update(verdict="parity_failed", reason=f"port fails the fp32 oracle: {port['parity'].get('error', '')[:500]}")
+        what = "port wrote to its inputs" if port["parity"].get("input_mutation") else "port fails the fp32 oracle"
+        rec.update(verdict="parity_failed", reason=f"{what}: {port['parity'].get('error', '')[:500]}")
         return
 
     # B. session: integrity + timing on every candidate that built.
@@ -340,10 +349,12 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
         "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000,
         "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
-                 + [{"slot": slot, "ref": r["ref"], "config": {}} for slot, r in in_session],
+                 + [{"slot": slot, "ref": r["ref"], "config": {}, "isolated_parity": bool(r["parity"]["passed"])}
+                    for slot, r in in_session],
         "aa_slot": correct[0] if correct else None,
         "profile_launches": opts.profile_launches if be.gpu else 1,
         "timing": {"timer": timer, "rounds": opts.rounds, "warmup": opts.warmup, "cold_l2": opts.cold_l2,
+                   "check_timed": opts.check_timed, "observe_rounds": opts.observe_rounds,
                    "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
                    "max_seconds": opts.max_timing_s},
     }

@@ -10,6 +10,12 @@ verify as "correct and fast". Two checks catch that:
   another slot's ops must not appear, and a slot that declares host ops must show them.
 * **aliasing**: the port's output must not share storage with a reference's output or with any
   input/prepared operand (a "kernel" returning its input, or a cached baseline result).
+* **timed rounds observed in place**: besides the launches profiled before timing, a few timed
+  rounds at random positions are profiled (RoundObserver), so a port that behaves on its first calls
+  only is seen; a port that branches on the profiler being on is caught by the sampled output checks
+  (worker.session) if its other code is wrong, and cannot branch at all on a replayed CUDA graph.
+* **input checksums** (``digests``): every byte of each operand's storage, before and after a
+  candidate's calls. A write restored bit for bit before the call returns is not visible this way.
 
 ``evaluate_names`` is pure so it can be tested without a profiler.
 """
@@ -157,3 +163,132 @@ def aliasing_gate(port_out: Any, others: dict[str, Any]) -> dict[str, Any]:
     gate["reason"] = ("the port's output shares memory with " + ", ".join(sorted(set(hits)))
                       + ": it did not compute its own result") if hits else "the port's output is its own memory"
     return gate
+
+
+# ----------------------------------------------------------------------------------------------
+# input checksums: a port that writes to its operands is caught between its calls
+
+# Position-sensitive sums over the storage's bytes read as int32 words in rows of _COLS: the total
+# catches any changed word, the row- and column-weighted sums catch two words swapped (a plain sum or
+# xor would not). int64 products may wrap; that is fine for a checksum (integer addition mod 2**64 is
+# associative, so the result does not depend on the reduction order of the device).
+_COLS = 1024
+_CHUNK_ROWS = 1 << 16  # 64K x 1024 words (256 MiB) per step: bounds the int64 temporaries on big weights
+DIGEST_METHOD = ("int32 words of each operand's whole storage: total, row-weighted and column-weighted sums "
+                 "(int64, on the operand's device)")
+
+
+def _digest_parts(t: Any) -> Any:
+    """A 1-D int64 tensor (on t's device) summarising every byte of t's storage."""
+    import torch
+
+    s = t.untyped_storage()
+    n = s.nbytes()
+    dev = t.device
+    u = torch.empty(0, dtype=torch.uint8, device=dev).set_(s, 0, (n,), (1,))
+    n4 = n // 4
+    words = u[: n4 * 4].view(torch.int32)
+    rows = n4 // _COLS
+    zero = torch.zeros((), dtype=torch.int64, device=dev)
+    total, rowmix = zero.clone(), zero.clone()
+    colsum = torch.zeros(_COLS, dtype=torch.int64, device=dev)
+    for r0 in range(0, rows, _CHUNK_ROWS):
+        r1 = min(rows, r0 + _CHUNK_ROWS)
+        blk = words[r0 * _COLS: r1 * _COLS].view(r1 - r0, _COLS)
+        rs = blk.sum(1, dtype=torch.int64)
+        total += rs.sum()
+        rowmix += (rs * torch.arange(r0 + 1, r1 + 1, dtype=torch.int64, device=dev)).sum()
+        colsum += blk.sum(0, dtype=torch.int64)
+    colmix = (colsum * torch.arange(1, _COLS + 1, dtype=torch.int64, device=dev)).sum()
+    rest = torch.cat([words[rows * _COLS:].to(torch.int64), u[n4 * 4:].to(torch.int64)])
+    restmix = (rest * torch.arange(1, rest.numel() + 1, dtype=torch.int64, device=dev)).sum()
+    return torch.stack([torch.full((), n, dtype=torch.int64, device=dev), total, rowmix, colmix, restmix])
+
+
+def digests(inputs: Any) -> dict[str, tuple[int, ...]]:
+    """name -> checksum of every tensor in ``inputs`` (a dict of the problem's inputs), one device sync."""
+    import torch
+
+    named = _named_tensors(inputs)
+    if not named:
+        return {}
+    parts = [_digest_parts(t) for _, t in named]
+    by_dev: dict[Any, list[int]] = {}
+    for i, (_, t) in enumerate(named):
+        by_dev.setdefault(t.device, []).append(i)
+    values: list[Any] = [None] * len(named)
+    for idx in by_dev.values():  # one transfer (sync) per device, not one per tensor
+        rows = torch.stack([parts[i] for i in idx]).tolist()
+        for i, row in zip(idx, rows):
+            values[i] = tuple(int(v) for v in row)
+    return {name: values[i] for i, (name, _) in enumerate(named)}
+
+
+def changed(before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]]) -> list[str]:
+    """Names whose checksum differs (or that appeared/disappeared) between two ``digests``."""
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def _named_tensors(obj: Any) -> list[tuple[str, Any]]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [("input", obj)]
+    if isinstance(obj, dict):
+        out = []
+        for k, v in obj.items():
+            if isinstance(v, torch.Tensor):
+                out.append((str(k), v))
+            else:
+                out.extend((f"{k}[{i}]", t) for i, t in enumerate(tensors_in(v)))
+        return out
+    return [(f"input[{i}]", t) for i, t in enumerate(tensors_in(obj))]
+
+
+# ----------------------------------------------------------------------------------------------
+# profiled rounds inside the timed sequence
+
+
+class RoundObserver:
+    """Profiles one slot's launch at a time in the timed rounds the timing loop picked at random.
+
+    Each observed launch gets its own profiler session, so the names seen belong to that slot alone
+    (no scope bookkeeping). The profiler's start/stop cost does fall inside those launches' measured
+    intervals, which is why timing.interleave keeps observed rounds out of the statistics.
+    """
+
+    def __init__(self, use_device: bool) -> None:
+        self.use_device = use_device
+        self.seen: dict[str, list[tuple[int, list[str], list[str]]]] = {}
+        self.round = -1
+        self.errors: dict[str, str] = {}
+
+    def __call__(self, slot: str) -> Any:
+        from contextlib import contextmanager
+
+        @contextmanager
+        def ctx():
+            from torch.profiler import ProfilerActivity, profile, record_function
+
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.use_device else [])
+            try:
+                prof = profile(activities=acts)
+                prof.__enter__()
+            except Exception as exc:  # a profiler that cannot start proves nothing: the gate says so
+                self.errors.setdefault(slot, f"profiler failed in timed round {self.round}: {exc}")
+                yield
+                return
+            try:
+                with record_function(HARNESS_SCOPE):
+                    yield
+            finally:
+                prof.__exit__(None, None, None)  # synchronizes the device: every kernel is recorded
+                dev, host = split_events(prof.events())
+                self.seen.setdefault(slot, []).append((self.round, dev, host))
+
+        return ctx()
+
+    def names(self, slot: str) -> tuple[list[str], list[str], list[int]]:
+        """(device names, host names, observed round indices) over every observed launch of ``slot``."""
+        rec = self.seen.get(slot, [])
+        return ([n for _, d, _ in rec for n in d], [n for _, _, h in rec for n in h], [r for r, _, _ in rec])

@@ -85,6 +85,28 @@ def compare(out: Any, ref: Any, tol: dict[str, float]) -> dict[str, Any]:
     return res
 
 
+def degenerate(ref: Any) -> str | None:
+    """Why an oracle output cannot serve as a test (None when it can).
+
+    An all-zero, constant or non-finite reference agrees with many wrong kernels (an all-zero operand
+    makes every GEMM "correct"), so such an input set is rejected: the problem's input generation is
+    at fault, not the candidate.
+    """
+    import torch
+
+    r = ref.detach().float().reshape(-1)
+    if r.numel() == 0:
+        return "the oracle output is empty"
+    bad = int((~torch.isfinite(r)).sum().item())
+    if bad:
+        return f"the oracle output has {bad} non-finite elements of {r.numel()}"
+    if not bool((r != 0).any()):
+        return f"the oracle output is all zeros ({r.numel()} elements)"
+    if bool((r == r[0]).all()):
+        return f"the oracle output is constant ({float(r[0]):g} in all {r.numel()} elements)"
+    return None
+
+
 def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """Worst case over seeds; passes only if every seed passed."""
     if not per_seed:
@@ -100,6 +122,9 @@ def aggregate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
             mismatched=sum(s["mismatched"] for s in num),
             nonfinite=sum(s["nonfinite"] for s in num),
         )
+    mutated = sorted({n for s in per_seed for n in s.get("input_mutation") or []})
+    if mutated:
+        agg["input_mutation"] = mutated
     errors = [f"seed {s['seed']}: {s['error']}" for s in per_seed if s.get("error")]
     if errors:
         agg["error"] = "; ".join(errors)[:2000]

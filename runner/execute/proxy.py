@@ -2,9 +2,13 @@
 
 The interpreter runs every program instance in Python, so a production GEMM shape would take
 hours. We shrink each dimension to a cap while keeping the power-of-two alignment the kernel may
-need (K stays a multiple of 128 for 128-wide scale blocks, N a multiple of the tile, …). Kernel or
-problem modules that know better can say so: ``cpu_proxy_shape(shape, config)`` on the kernel
-module wins over ``proxy_shape(shape)`` on the problem module, which wins over this generic rule.
+need (K stays a multiple of 128 for 128-wide scale blocks, N a multiple of the tile, …).
+
+The runner alone chooses the proxy, in the parent process, from the card's planned shape and the
+runner's own caps (``ExecOptions.proxy_caps``): no module a card names is consulted or even imported
+for it. A kernel module that could pick its proxy (an earlier ``cpu_proxy_shape`` hook) could pick a
+shape where it happens to be right, or one so small that it proves nothing; every candidate and the
+session then run exactly this shape, and the artifact's ``proxy_shape`` records it.
 """
 from __future__ import annotations
 
@@ -41,13 +45,10 @@ def generic_proxy(shape: dict[str, int], caps: dict[str, int] | None = None) -> 
     return out
 
 
-def proxy_shape(shape: dict[str, int], config: dict[str, Any], kernel_mod: Any = None, problem_mod: Any = None,
-                caps: dict[str, int] | None = None) -> tuple[dict[str, int], str]:
-    """(proxy shape, how it was chosen)."""
-    hook = getattr(kernel_mod, "cpu_proxy_shape", None) if kernel_mod is not None else None
-    if callable(hook):
-        return {k: int(v) for k, v in hook(dict(shape), dict(config)).items()}, "kernel module cpu_proxy_shape()"
-    hook = getattr(problem_mod, "proxy_shape", None) if problem_mod is not None else None
-    if callable(hook):
-        return {k: int(v) for k, v in hook(dict(shape)).items()}, "problem module proxy_shape()"
-    return generic_proxy(shape, caps), f"generic: each dimension capped ({', '.join(f'{k}<={v}' for k, v in {**DEFAULT_CAPS, **(caps or {})}.items() if k in shape)}) keeping its power-of-two alignment up to {MAX_ALIGN}"
+def proxy_shape(shape: dict[str, int], caps: dict[str, int] | None = None) -> tuple[dict[str, int], str]:
+    """(proxy shape, how it was chosen): the generic rule; never larger than ``shape`` in any dimension."""
+    out = generic_proxy(shape, caps)
+    assert all(1 <= out[k] <= v for k, v in shape.items() if v >= 1), (shape, out)
+    rule = ", ".join(f"{k}<={v}" for k, v in {**DEFAULT_CAPS, **(caps or {})}.items() if k in shape)
+    return out, (f"the runner (generic rule: each dimension capped ({rule}) keeping its power-of-two alignment up "
+                 f"to {MAX_ALIGN}; kernel and problem modules have no say)")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 
 class Timer(Protocol):
@@ -93,42 +94,83 @@ def rotation_sets(bytes_per_set: int, l2_bytes: int | None, mode: str, max_sets:
 
 
 def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: int, warmup: int,
-               between: Callable[[], None] | None = None, max_seconds: float | None = None) -> dict[str, Any]:
+               between: Callable[[], None] | None = None, max_seconds: float | None = None, *,
+               observe: int = 0, observer: Callable[[str], ContextManager[Any]] | None = None,
+               after_round: Callable[[dict[str, Any]], None] | None = None,
+               rng: random.Random | None = None) -> dict[str, Any]:
     """Time every slot once per round, alternating the slot order each round.
 
-    ``slots`` maps a slot name to one launch callable per input set; launch ``j`` of a slot uses
-    set ``j % len(sets)``, so consecutive launches read different operands (cold L2). Warm-up
-    rounds run the same pattern untimed. Returns the samples per slot, in milliseconds.
+    ``slots`` maps a slot name to one launch callable per input set (every slot the same number);
+    round ``g`` (warm-up included) launches set ``g % sets`` in every slot, so consecutive launches
+    read different operands (cold L2). Warm-up rounds run the same pattern untimed.
+
+    ``observe`` extra rounds, at positions drawn from ``rng`` among the timed ones, run each slot's
+    launch inside ``observer(slot)`` (the profiler, see integrity.RoundObserver). Their times go to
+    ``observed``, never into ``samples``: the profiler's cost cannot reach the statistics, and a port
+    cannot tell from the call count which launches are observed.
+
+    ``after_round(info)`` runs after every round, once the round's launches are finished
+    (``timer.sync``) and their times read, so whatever it does (checksums, output checks, new
+    input content) lies outside every measured interval. ``info``: ``set`` (index), ``kind``
+    (warmup | timed | observed), ``index`` (timed/observed rounds, counted together), ``last``.
+    Returns the samples per slot in milliseconds, the observed ones, and the observed round indices.
     """
     names = list(slots)
-    count = {n: 0 for n in names}
+    sizes = {len(v) for v in slots.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ValueError(f"every slot needs the same, non-zero number of input sets (got {sorted(sizes)})")
+    n_sets = sizes.pop()
+    rng = rng or random.SystemRandom()
+    total = rounds + max(0, observe)
+    observed_at = set(rng.sample(range(total), max(0, min(observe, total)))) if observer is not None else set()
+    g = 0  # rounds run so far, warm-up included
 
-    def launch(n: str) -> Callable[[], Any]:
-        fns = slots[n]
-        fn = fns[count[n] % len(fns)]
-        count[n] += 1
-        return fn
-
-    for _ in range(warmup):
-        for n in names:
-            if between:
-                between()
-            launch(n)()
-    timer.sync()
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    t0 = time.perf_counter()
-    done = 0
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
+    def one_round(order: list[str], wrap: Callable[[str], ContextManager[Any]] | None, measure: bool) -> list:
+        j = g % n_sets
         pending = []
         for n in order:
             if between:
                 between()
-            pending.append((n, timer.measure(launch(n))))
+            fn = slots[n][j]
+            if not measure:
+                fn()
+            elif wrap is None:
+                pending.append((n, timer.measure(fn)))
+            else:
+                with wrap(n):
+                    pending.append((n, timer.measure(fn)))
         timer.sync()
+        return pending
+
+    for w in range(warmup):
+        one_round(names, None, False)
+        if after_round:
+            after_round({"set": g % n_sets, "kind": "warmup", "index": w, "last": False})
+        g += 1
+    timer.sync()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    observed: dict[str, list[float]] = {n: [] for n in names}
+    t0 = time.perf_counter()
+    done, seen = 0, []
+    for i in range(total):
+        order = names if i % 2 == 0 else names[::-1]
+        obs = i in observed_at
+        if obs and hasattr(observer, "round"):
+            observer.round = i  # type: ignore[union-attr]
+        pending = one_round(order, observer if obs else None, True)
         for n, read in pending:
-            samples[n].append(read())
-        done += 1
-        if max_seconds is not None and time.perf_counter() - t0 > max_seconds and done >= 10:
+            (observed if obs else samples)[n].append(read())
+        if obs:
+            seen.append(i)
+        else:
+            done += 1
+        over = max_seconds is not None and time.perf_counter() - t0 > max_seconds and done >= 10
+        last = i == total - 1 or (over and (seen or not observed_at))
+        if after_round:
+            after_round({"set": g % n_sets, "kind": "observed" if obs else "timed", "index": i, "last": last})
+        g += 1
+        if last:
             break
-    return {"samples": samples, "rounds": done, "warmup": warmup}
+        if over:  # out of time, but no round was observed yet: observe the next one, then stop
+            observed_at = {i + 1}
+    return {"samples": samples, "rounds": done, "warmup": warmup, "observed": observed, "observed_rounds": seen}

@@ -5,6 +5,16 @@ Tasks (JSON):
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
+The port is untrusted code (so is every reference), and both tasks are built so that gaming the
+measurement fails: inputs are checksummed around every call (a candidate that writes its operands
+fails; in the session each slot has its own copy, so the others never see it), the oracle comes from
+pristine inputs and a degenerate one (all zeros, constant, non-finite) rejects the problem's input
+generation, timed input sets get new content on every visit (input_sets.py) and the outputs of timed
+calls chosen at random after they returned are checked against the oracle of that content, and the
+kernel names are taken from timed rounds profiled in place at random positions (on a GPU with
+cuda_graph, from replays of the captured graphs). All of it runs between rounds, after the device
+is synchronized, never inside a measured launch.
+
 Only torch, the problem/kernel modules and light skillrun modules are imported here (never
 pydantic models), so the child runs on a device image that lacks the runner's extras.
 """
@@ -13,14 +23,15 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import random
 import sys
 import time
 import traceback
 from typing import Any
 
 from skillrun.execute import integrity, parity, timing
-from skillrun.execute.proxy import proxy_shape
-from skillrun.refs import resolve, split_ref
+from skillrun.execute.input_sets import DegenerateInput, InputSets
+from skillrun.refs import resolve
 
 
 def _sync(device: str):
@@ -85,15 +96,12 @@ def candidate(task: dict) -> dict:
     sync = _sync(device)
     problem = importlib.import_module(task["problem"])
     result: dict[str, Any] = {"status": "ok", "role": task["role"], "ref": task["ref"]}
+    # The shape is the runner's choice (on a CPU its proxy, chosen in the parent: proxy.py); nothing
+    # this child imports can change it.
     shape = dict(task["shape"])
-    if task.get("proxy") is not None:
-        kmod = importlib.import_module(split_ref(task["ref"])[0])
-        shape, how = proxy_shape(shape, task.get("config") or {}, kmod, problem, task["proxy"].get("caps"))
-        result["proxy_shape"], result["proxy_how"] = shape, how
     result["shape"] = shape
     for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
         result[key] = float(getattr(problem, fn)(shape))
-        result[f"planned_{key}"] = float(getattr(problem, fn)(task["shape"]))
     tol = parity.tolerance_of(task.get("tolerance"))
     try:
         launch, build_s = _build(task["ref"], shape, task.get("config") or {}, device)
@@ -104,7 +112,15 @@ def candidate(task: dict) -> dict:
     per_seed = []
     for seed in task["seeds"]:
         inputs = problem.make_inputs(shape, seed, device)
+        # The oracle and the checksums are taken before the candidate sees the inputs (pristine).
         ref = problem.oracle(inputs).float()
+        why = parity.degenerate(ref)
+        if why:
+            result.update(status="error", input_error=True,
+                          error=f"test input rejected: {task['problem']}.make_inputs(shape={shape}, seed={seed}) gives a "
+                                f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
+            return result
+        before = integrity.digests(inputs)
         try:
             prepared = launch.prepare(inputs)
             out = problem.output_like(shape, device)
@@ -117,6 +133,13 @@ def candidate(task: dict) -> dict:
             return result
         m = parity.compare(res, ref, tol)
         m.update(seed=seed, poison=marker, wrote_into_out=bool(res is out), run_s=round(first_s, 4))
+        mutated = integrity.changed(before, integrity.digests(inputs))
+        if mutated:
+            # Even with a right answer: a port that writes its operands corrupts whatever reads them next.
+            m["passed"] = False
+            m["input_mutation"] = mutated
+            m["error"] = (f"the candidate wrote to its input operand(s) {', '.join(mutated)} (checksum of the bytes "
+                          "before prepare() differs from after run())" + (f"; {m['error']}" if m.get("error") else ""))
         per_seed.append(m)
         del inputs, ref, prepared, out, res
     agg = parity.aggregate(per_seed)
@@ -135,7 +158,20 @@ def _storage_bytes(objs) -> int:
     return total
 
 
+# How much more a port may slow down under the profiler than the reference does before its timed
+# rounds are taken to run other code when not observed (GPU eager timing only: on a CPU the host
+# profiler's cost grows with the number of ops, and a replayed CUDA graph runs no port code at all).
+OBSERVER_EFFECT_LIMIT = 2.5
+
+
 def session(task: dict) -> dict:
+    try:
+        return _session(task)
+    except DegenerateInput as exc:
+        return {"status": "error", "input_error": True, "error": str(exc)}
+
+
+def _session(task: dict) -> dict:
     import torch
 
     _fp32_oracle_precision()
@@ -145,7 +181,11 @@ def session(task: dict) -> dict:
     problem = importlib.import_module(task["problem"])
     shape = dict(task["shape"])
     tcfg = task.get("timing") or {}
-    res: dict[str, Any] = {"status": "ok", "slots": {}, "notes": []}
+    tol = parity.tolerance_of(task.get("tolerance"))
+    # Every random choice a port could exploit (input content, which timed rounds are profiled or
+    # have their outputs checked) comes from os.urandom: nothing in this process can predict it.
+    rng = random.SystemRandom()
+    res: dict[str, Any] = {"status": "ok", "slots": {}, "notes": [], "shape": shape}
     launches = {}
     for s in task["slots"]:
         launch, build_s = _build(s["ref"], shape, s.get("config") or {}, device)
@@ -154,13 +194,14 @@ def session(task: dict) -> dict:
     port = task["port_slot"]
     refs = [n for n in launches if n != port]
 
-    # Input sets: one for the checks, more when rotating to keep operands out of L2.
+    # Input sets: one for the checks, more when rotating to keep operands out of L2; each slot its own copy.
     timer = timing.make_timer(tcfg.get("timer"), device)
-    seed0 = int(task.get("seed", 12345))
-    first = problem.make_inputs(shape, seed0, device)
-    prepared0 = {n: launches[n].prepare(first) for n in launches}
-    outs0 = {n: problem.output_like(shape, device) for n in launches}
-    bytes_per_set = _storage_bytes([first, *prepared0.values(), *outs0.values()])
+    want_graphs = bool(tcfg.get("cuda_graph") and use_device and timer is not None)
+    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs)
+    sets.oracle(0)  # rejects a degenerate problem before any candidate runs
+    outs = {n: [problem.output_like(shape, device)] for n in launches}
+    bytes_per_set = _storage_bytes([sets.master[0], *(sets.copies[n][0] for n in launches),
+                                    *(sets.prepared[n][0] for n in launches), *(outs[n][0] for n in launches)])
     n_sets, cold = 1, "n/a (not timed)"
     if timer is not None:
         if use_device:
@@ -170,77 +211,93 @@ def session(task: dict) -> dict:
             budget = 1 << 30
         n_sets, cold = timing.rotation_sets(bytes_per_set, tcfg.get("l2_bytes"), tcfg.get("cold_l2", "rotate"),
                                             int(tcfg.get("max_sets", 32)), budget)
+        # New content on every visit (InputSets.refresh): a repeated timed call never sees inputs it has
+        # seen before, whatever the L2 mode. Two sets at least where memory allows, so the buffer changes
+        # too; a single set only happens when one set is a good part of the device memory, far beyond L2,
+        # so rewriting it just before its next use cannot leave it warm.
+        if n_sets < 2 and budget >= 2 * bytes_per_set:
+            n_sets = 2
     res["bytes_per_set"], res["input_sets"], res["cold_l2"] = bytes_per_set, n_sets, cold
 
-    # 1. aliasing: references first, then the port, on the same inputs.
+    # 1. aliasing: references first, then the port, on the same content (each on its own copy).
     ref_outs = {}
     for n in refs:
-        parity.poison(outs0[n])
-        ref_outs[n] = _run_once(launches[n], prepared0[n], outs0[n], sync)
-    parity.poison(outs0[port])
-    port_out = _run_once(launches[port], prepared0[port], outs0[port], sync)
-    others = {"inputs": first}
+        parity.poison(outs[n][0])
+        ref_outs[n] = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
+        sets.check(n, 0, "output-aliasing call")
+    parity.poison(outs[port][0])
+    port_out = _run_once(launches[port], sets.prepared[port][0], outs[port][0], sync)
+    sets.check(port, 0, "output-aliasing call")
+    others: dict[str, Any] = {"inputs": [sets.copies[n][0] for n in launches]}
     for n in refs:
         others[f"{n} output"] = ref_outs[n]
-        others[f"{n} operands"] = prepared0[n]
+        others[f"{n} operands"] = sets.prepared[n][0]
     res["aliasing"] = integrity.aliasing_gate(port_out, others)
     del ref_outs, port_out
 
     # 2. which kernels ran: a profiled sample of each slot's launches (already warm).
     n_prof = int(task.get("profile_launches", 3))
-    regex = {}
     for n, launch in launches.items():
-        host_rx = (launch.describe or {}).get("expect_host_ops")
-        regex[n] = {"device": launch.expect_kernels, "host": host_rx or launch.expect_kernels, "host_declared": bool(host_rx)}
-    for n, launch in launches.items():
-        fn = (lambda l=launch, p=prepared0[n], o=outs0[n]: l.run(p, o))
+        fn = (lambda n=n, l=launch: l.run(sets.prepared[n][0], outs[n][0]))
         try:
             dev_names, host_names = integrity.profile_names(fn, n_prof, use_device, sync)
         except Exception as exc:  # a profiler failure must not pass as "proven"
             res["slots"][n]["integrity"] = {"name": f"slot_integrity:{n}", "passed": False, "reason": f"profiler failed: {exc}"}
+            sets.check(n, 0, "profiled launches")
             continue
-        vs = [port] if n != port else refs
-        if use_device:
-            gate = integrity.evaluate_names(n, regex[n]["device"], {k: regex[k]["device"] for k in vs}, dev_names, device=True)
-        else:
-            gate = integrity.evaluate_names(n, regex[n]["host"], {k: regex[k]["host"] for k in vs}, host_names, device=False,
-                                            own_required=regex[n]["host_declared"] or _is_host_kernel(launch))
-        # A foreign host op is a red flag on a GPU too (e.g. the port calling aten::_scaled_mm).
-        if use_device:
-            host_gate = integrity.evaluate_names(n, None, {k: (launches[k].describe or {}).get("expect_host_ops") for k in vs},
-                                                 host_names, device=False, own_required=False)
-            if not host_gate["passed"]:
-                gate["passed"] = False
-                gate["reason"] = (gate.get("reason", "") + "; host: " + host_gate["reason"]).strip("; ")
+        sets.check(n, 0, "profiled launches")
+        gate = _names_gate(n, launches, port, refs, dev_names, host_names, use_device)
         gate["launches_profiled"] = n_prof
         res["slots"][n]["integrity"] = gate
 
     # 3. timing, interleaved, with an A/A copy of the chosen reference.
+    sampled = {n: {"checked": 0, "failed": 0, "failures": []} for n in launches}
+    observer = integrity.RoundObserver(use_device)
+    t = None
     if timer is not None:
-        sets = [first] + [problem.make_inputs(shape, seed0 + i, device) for i in range(1, n_sets)]
-        prepared = {n: [prepared0[n]] + [launches[n].prepare(x) for x in sets[1:]] for n in launches}
-        outs = {n: [outs0[n]] + [problem.output_like(shape, device) for _ in sets[1:]] for n in launches}
-        fns = {n: [(lambda l=launches[n], p=p, o=o: l.run(p, o)) for p, o in zip(prepared[n], outs[n])] for n in launches}
-        graphs = {}
-        if tcfg.get("cuda_graph") and use_device:
+        while sets.n_sets < n_sets:
+            sets.add_set()
+            for n in launches:
+                outs[n].append(problem.output_like(shape, device))
+        holder: dict[str, Any] = {}
+
+        def call(n: str, j: int):
+            launch, out = launches[n], outs[n][j]
+
+            def fn():
+                # Inside the measured interval only the launch and one dict store (host-side, ~0.1 us; on a
+                # GPU the launch is asynchronous, so device events do not see it). The operands are looked up
+                # at call time because a refresh may hand back new ones (eager only; graphs copy in place).
+                r = launch.run(sets.prepared[n][j], out)
+                holder[n] = out if r is None else r
+            return fn
+
+        fns = {n: [call(n, j) for j in range(n_sets)] for n in launches}
+        res["cuda_graph"] = False
+        if want_graphs:
             try:
+                graphs = {}
                 for n in launches:
                     gl = []
-                    for f in fns[n]:
+                    for j, f in enumerate(fns[n]):
                         f()  # warm on the side of capture (Triton JIT, cuBLAS handles)
                         sync()
+                        sets.check(n, j, "graph warm-up call")
                         g = torch.cuda.CUDAGraph()
                         with torch.cuda.graph(g):
                             f()
-                        gl.append(g.replay)
+                        cap = holder[n]  # a replay rewrites the tensor the captured call returned
+
+                        def replay(g=g, n=n, cap=cap):
+                            g.replay()
+                            holder[n] = cap
+                        gl.append(replay)
                     graphs[n] = gl
                 fns = graphs
                 res["cuda_graph"] = True
             except Exception as exc:
-                res["cuda_graph"] = False
                 res["notes"].append(f"CUDA graph capture failed ({str(exc)[:200]}); timed eager launches")
-        else:
-            res["cuda_graph"] = False
+        sets.in_place = bool(res["cuda_graph"])  # only captured graphs need prepare's operands copied in place
         aa = task.get("aa_slot")
         if aa in fns:
             fns[f"{aa}#aa"] = fns[aa]
@@ -248,14 +305,135 @@ def session(task: dict) -> dict:
         if tcfg.get("cold_l2") == "flush" and tcfg.get("l2_bytes") and use_device:
             flush = torch.empty(2 * int(tcfg["l2_bytes"]), dtype=torch.uint8, device=device)
             between = flush.zero_
-        t = timing.interleave(fns, timer, int(tcfg.get("rounds", 100)), int(tcfg.get("warmup", 10)), between,
-                              tcfg.get("max_seconds"))
-        res["timing"] = {"method": timer.method, **t}
+        rounds = int(tcfg.get("rounds", 100))
+        k_target = max(1, min(int(tcfg.get("check_timed", 16)), rounds))
+        seen = {"timed": 0, "checked": 0, "seconds": 0.0}
+
+        def after_round(info: dict) -> None:
+            # Runs after timer.sync() with every launch of the round finished and its time read: none of
+            # this (checksums, oracle, comparisons, new content) is inside a measured interval.
+            t0 = time.perf_counter()
+            j, kind = info["set"], info["kind"]
+            for n in launches:
+                sets.check(n, j, f"{kind} round {info['index']}")
+            if kind == "timed":
+                left = max(1, rounds - seen["timed"])
+                seen["timed"] += 1
+                need = k_target - seen["checked"]
+                # Chosen after the call returned (selection sampling: a uniform random subset of the timed
+                # rounds): at call time the choice does not exist yet, so no port can know it.
+                if need > 0 and (rng.random() * left < need or (info["last"] and seen["checked"] == 0)):
+                    seen["checked"] += 1
+                    ref = sets.oracle(j)
+                    for n in launches:
+                        m = parity.compare(holder[n], ref, tol)
+                        sampled[n]["checked"] += 1
+                        if not m["passed"]:
+                            sampled[n]["failed"] += 1
+                            if len(sampled[n]["failures"]) < 3:
+                                sampled[n]["failures"].append(f"timed round {info['index']}: {m.get('error', 'failed')[:200]}")
+            sets.refresh(j)
+            sync()
+            seen["seconds"] += time.perf_counter() - t0
+
+        t = timing.interleave(fns, timer, rounds, int(tcfg.get("warmup", 10)), between, tcfg.get("max_seconds"),
+                              observe=int(tcfg.get("observe_rounds", 3)), observer=observer, after_round=after_round, rng=rng)
+        res["timing"] = {"method": timer.method, **{k: t[k] for k in ("samples", "rounds", "warmup")},
+                         "observed_rounds": len(t["observed_rounds"])}
+        res["notes"].append(
+            f"between timed rounds (never inside a measured launch): {seen['seconds']:.2f} s of input checksums, "
+            f"{seen['checked']} sampled output checks and {sets.refreshes} input-content refreshes")
         # Re-check the port after the timed storm: a race shows up here, not in a single launch.
         parity.poison(outs[port][0])
-        again = _run_once(launches[port], prepared[port][0], outs[port][0], sync)
-        res["post_timing_parity"] = parity.compare(again, problem.oracle(first).float(), parity.tolerance_of(task.get("tolerance")))
+        again = _run_once(launches[port], sets.prepared[port][0], outs[port][0], sync)
+        sets.check(port, 0, "post-timing check")
+        res["post_timing_parity"] = parity.compare(again, sets.oracle(0), tol)
+
+    inexact = {s["slot"] for s in task["slots"] if s.get("isolated_parity") is False}
+    for n in launches:
+        _finish_gate(res["slots"][n], n, sets, sampled[n], observer, t, launches, port, refs, use_device,
+                     graphs=bool(res.get("cuda_graph")), aa=task.get("aa_slot"), inexact=n in inexact)
     return res
+
+
+def _names_gate(n: str, launches: dict, port: str, refs: list[str], dev_names: list[str], host_names: list[str],
+                use_device: bool) -> dict:
+    """Slot n's kernel-name gate from what the profiler saw (device kernels on a GPU, host ops on a CPU)."""
+    launch = launches[n]
+    host_rx = (launch.describe or {}).get("expect_host_ops")
+    vs = [port] if n != port else refs
+
+    def rx(k: str, device: bool) -> str | None:
+        h = (launches[k].describe or {}).get("expect_host_ops")
+        return launches[k].expect_kernels if device else (h or launches[k].expect_kernels)
+
+    if use_device:
+        gate = integrity.evaluate_names(n, rx(n, True), {k: rx(k, True) for k in vs}, dev_names, device=True)
+        # A foreign host op is a red flag on a GPU too (e.g. the port calling aten::_scaled_mm).
+        host_gate = integrity.evaluate_names(n, None, {k: (launches[k].describe or {}).get("expect_host_ops") for k in vs},
+                                             host_names, device=False, own_required=False)
+        if not host_gate["passed"]:
+            gate["passed"] = False
+            gate["reason"] = (gate.get("reason", "") + "; host: " + host_gate["reason"]).strip("; ")
+        return gate
+    return integrity.evaluate_names(n, rx(n, False), {k: rx(k, False) for k in vs}, host_names, device=False,
+                                    own_required=bool(host_rx) or _is_host_kernel(launch))
+
+
+def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: Any, t: dict | None, launches: dict,
+                 port: str, refs: list[str], use_device: bool, graphs: bool, aa: str | None, inexact: bool = False) -> None:
+    """Fold the checks made around slot n's calls into its integrity gate (what the artifact shows)."""
+    gate = slot.setdefault("integrity", {"name": f"slot_integrity:{n}", "passed": False, "reason": "not checked"})
+    problems = []
+    muts = sets.mutations[n]
+    gate["input_checksums"] = {"checked": sets.checks[n], "mutated": len(muts), "where": muts[:5], "method": integrity.DIGEST_METHOD}
+    if muts:
+        problems.append(f"wrote to its input operand(s) ({muts[0]}{'; ' + str(len(muts) - 1) + ' more' if len(muts) > 1 else ''}): "
+                        "the checksum of its own copy changed across its call; every slot reads its own copy, so no other "
+                        "slot saw the change, and the copy was rebuilt from the pristine master")
+    if t is not None:
+        gate["sampled_timed_outputs"] = {**sampled, "timed_rounds": t["rounds"],
+                                         "chosen": "after each timed call returned, uniformly at random (os.urandom)"}
+        if sampled["failed"]:
+            why = ("as its isolated calls did" if inexact
+                   else "a cached, stale or different result during timing than in isolation")
+            problems.append(f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail the oracle of the inputs "
+                            f"they were given ({sampled['failures'][0]}): {why}")
+        elif not sampled["checked"]:
+            problems.append("no timed call's output was checked")
+        dev, host, rounds = observer.names(n)
+        obs = {"rounds": rounds, "launches": len(rounds),
+               "what": "graph replays (the captured kernels)" if graphs else "eager launches, profiled in place"}
+        samples, observed = t["samples"].get(n) or [], t["observed"].get(n) or []
+        if samples and observed:
+            obs["slowdown"] = round(_median(observed) / max(_median(samples), 1e-12), 4)
+        gate["observed_rounds"] = obs
+        if n in observer.errors:
+            problems.append(observer.errors[n])
+        elif rounds:
+            og = _names_gate(n, launches, port, refs, dev, host, use_device)
+            if not og["passed"]:
+                problems.append(f"in timed round(s) {rounds} profiled in place: {og['reason']}")
+        if n == port and use_device and not graphs and "slowdown" in obs:
+            ref = aa if aa in launches else next(iter(refs), None)
+            ref_obs = t["observed"].get(ref) or []
+            if ref and ref_obs and t["samples"].get(ref):
+                rel = obs["slowdown"] / max(_median(ref_obs) / max(_median(t["samples"][ref]), 1e-12), 1e-12)
+                obs["slowdown_vs_reference"] = round(rel, 4)
+                if rel > OBSERVER_EFFECT_LIMIT:
+                    problems.append(f"ran {obs['slowdown']:.2f}x slower when profiled than when not ({ref}: "
+                                    f"{obs['slowdown'] / rel:.2f}x): it may run other code when not observed; "
+                                    "time it with cuda_graph=True")
+    if problems:
+        first = gate.get("reason") if not gate.get("passed", False) else None
+        gate["passed"] = False
+        gate["reason"] = "; ".join(([first] if first else []) + problems)
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    k = len(ys) // 2
+    return ys[k] if len(ys) % 2 else 0.5 * (ys[k - 1] + ys[k])
 
 
 def _is_host_kernel(launch) -> bool:

@@ -1,0 +1,165 @@
+"""The session's input sets: new content on every visit, one copy per slot, a pristine master.
+
+A port is untrusted code, so the operands it is timed on are built to defeat three tricks:
+
+* **answers reused across repetitions**: every time a set comes round again its *content* has
+  changed (not only which buffer is read). A port that memoizes on ``data_ptr``, on a hash of part of
+  its inputs, or returns its previous output then answers stale, and the outputs of randomly sampled
+  timed calls (worker.session) disagree with the oracle of the content actually there. Half of the
+  changes replace only a random block of rows (along dim 0; tensors with the same dim-0 length share
+  the block, so row-aligned inputs such as ``a``/``a_scale`` or ``topk_ids``/``topk_weights`` stay
+  consistent), so a key taken from a slice of the inputs keeps hitting while the answer changes.
+  This assumes rows along dim 0 are independent samples of the problem's inputs, true of every
+  problem in kernels/. Content seeds come from ``os.urandom``: a port cannot precompute answers for
+  the inputs it will be timed on while it is built.
+* **inputs mutated**: each slot reads its own copy of every set, checksummed (integrity.digests)
+  after it was written and again after the slot's call; a changed checksum fails that slot, the
+  copy is rebuilt from the master, and no other slot ever read the changed bytes.
+* **a degenerate oracle**: the oracle is computed from the master, which no candidate is handed;
+  an all-zero, constant or non-finite oracle rejects the problem's input generation (DegenerateInput).
+
+Rewriting every copy and re-running each slot's ``prepare`` costs time; it happens between rounds,
+outside every measured interval (timing.interleave's ``after_round``).
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from skillrun.execute import integrity, parity
+
+
+class DegenerateInput(ValueError):
+    """The problem's inputs make the oracle useless as a test (all zeros, constant, non-finite)."""
+
+
+class InputSets:
+    def __init__(self, problem: Any, problem_name: str, shape: dict, device: str, launches: dict[str, Any],
+                 n_sets: int, rng: random.Random, in_place: bool = False) -> None:
+        self.problem, self.problem_name, self.shape, self.device = problem, problem_name, shape, device
+        self.launches, self.rng = launches, rng
+        self.in_place = in_place  # CUDA graphs hold operand addresses: prepare's results must be copied in place
+        self.master: list[dict] = []
+        self.copies: dict[str, list[dict]] = {n: [] for n in launches}
+        self.prepared: dict[str, list[Any]] = {n: [] for n in launches}
+        self.before: dict[str, list[dict]] = {n: [] for n in launches}
+        self._oracle: list[Any] = []
+        self.checks = {n: 0 for n in launches}  # checksum comparisons made around each slot's calls
+        self.mutations: dict[str, list[str]] = {n: [] for n in launches}
+        self.refreshes = 0
+        for _ in range(n_sets):
+            self.add_set()
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _fresh(self) -> dict:
+        return self.problem.make_inputs(dict(self.shape), self.rng.randrange(1, 2**62), self.device)
+
+    def add_set(self) -> int:
+        j = len(self.master)
+        self.master.append(self._fresh())
+        self._oracle.append(None)
+        for n in self.launches:
+            copy = _clone(self.master[j])
+            self.copies[n].append(copy)
+            self.prepared[n].append(self.launches[n].prepare(copy))
+            self.before[n].append(integrity.digests(copy))
+        return j
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.master)
+
+    def oracle(self, j: int) -> Any:
+        """The fp32 oracle of set j's current content, from the master; rejects degenerate content."""
+        if self._oracle[j] is None:
+            ref = self.problem.oracle(self.master[j]).float()
+            why = parity.degenerate(ref)
+            if why:
+                raise DegenerateInput(f"test input rejected: {self.problem_name}.make_inputs(shape={self.shape}) gives a "
+                                      f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
+            self._oracle[j] = ref
+        return self._oracle[j]
+
+    # -- the checks around a slot's calls -------------------------------------------------------
+
+    def check(self, slot: str, j: int, where: str) -> list[str]:
+        """Names of slot's set-j inputs whose checksum changed since they were written; rebuilds them if so."""
+        self.checks[slot] += 1
+        bad = integrity.changed(self.before[slot][j], integrity.digests(self.copies[slot][j]))
+        if bad:
+            self.mutations[slot].append(f"{where}: {', '.join(bad)}")
+            self._write(slot, j)
+        return bad
+
+    # -- new content ------------------------------------------------------------------------------
+
+    def refresh(self, j: int) -> None:
+        """New content for set j (master first, then every slot's copy, re-prepared)."""
+        fresh = self._fresh()
+        m = self.master[j]
+        groups: dict[Any, list[str]] = {}
+        for k, v in m.items():
+            if _is_tensor(v):
+                groups.setdefault(int(v.shape[0]) if v.dim() else None, []).append(k)
+            else:
+                m[k] = fresh[k]
+        modes = {g: self.rng.choice(("full", "block", "block", "keep")) for g in groups}
+        if groups and all(v == "keep" for v in modes.values()):
+            modes[self.rng.choice(sorted(groups, key=str))] = "block"
+        for g, keys in groups.items():
+            mode = modes[g]
+            if mode == "block" and (g is None or g < 2):
+                mode = "full"
+            if mode == "full":
+                for k in keys:
+                    m[k].copy_(fresh[k])
+            elif mode == "block":
+                length = self.rng.randint(1, max(1, g // 4))
+                start = self.rng.randint(0, g - length)
+                for k in keys:
+                    m[k][start:start + length].copy_(fresh[k][start:start + length])
+        del fresh
+        self._oracle[j] = None
+        self.refreshes += 1
+        for n in self.launches:
+            self._write(n, j)
+
+    def _write(self, slot: str, j: int) -> None:
+        """Slot's copy of set j := the master (bytewise), re-prepared, checksummed."""
+        copy, m = self.copies[slot][j], self.master[j]
+        for k, v in m.items():
+            if _is_tensor(v):
+                copy[k].copy_(v)
+            else:
+                copy[k] = v
+        old = self.prepared[slot][j]
+        if old is not copy:
+            new = self.launches[slot].prepare(copy)
+            if not _copy_into(old, new):
+                if self.in_place:
+                    raise ValueError(f"slot {slot}: prepare() returned operands of a different structure for new content; "
+                                     "a captured CUDA graph cannot follow them")
+                self.prepared[slot][j] = new
+        self.before[slot][j] = integrity.digests(copy)
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+def _clone(inputs: dict) -> dict:
+    return {k: (v.clone() if _is_tensor(v) else v) for k, v in inputs.items()}
+
+
+def _copy_into(old: Any, new: Any) -> bool:
+    """Copy new's tensors into old's (same structure): operand addresses stay, content follows."""
+    ot, nt = integrity.tensors_in(old), integrity.tensors_in(new)
+    if len(ot) != len(nt) or any(a.shape != b.shape or a.dtype != b.dtype or a.device != b.device for a, b in zip(ot, nt)):
+        return False
+    for a, b in zip(ot, nt):
+        if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.storage_offset() != b.storage_offset():
+            a.copy_(b)
+    return True
