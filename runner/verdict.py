@@ -109,7 +109,10 @@ def _fails(ref: RefOutcome) -> bool:
 
 def _why_not_run(ref: RefOutcome) -> str:
     what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run"}.get(ref.status, ref.status)
-    err = (ref.error or "").strip().splitlines()[0][:160] if ref.error else ""
+    err = (ref.error or "").strip().splitlines()[0] if ref.error else ""
+    for prefix in ("unavailable: ", "ReferenceUnavailable: ", "unsupported shape: "):
+        err = err[len(prefix):] if err.startswith(prefix) else err
+    err = err if len(err) <= 200 else err[:199] + "…"
     return f"{ref.name} {what}" + (f" ({err})" if err else "")
 
 

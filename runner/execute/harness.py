@@ -554,7 +554,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
         rows.append((slot, r, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
                                          parity_passed=bool((r.get("parity") or {}).get("passed")) if status == "ok" else None,
                                          median_ms=median, comparable=why is None, why_not_comparable=why,
-                                         error=None if status == "ok" else (r.get("parity") or {}).get("error") or r.get("error"))))
+                                         error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
     p_ok = port["status"] == "ok"
     pout = PortOutcome(status=port["status"] if port["status"] in ("ok", "unsupported") else "error",
                        parity_passed=bool((port.get("parity") or {}).get("passed")) if p_ok else None,
