@@ -122,6 +122,25 @@ def speedup_text(rec: dict[str, Any]) -> str:
     return f"{s:.3f}x vs {label}"
 
 
+def production_text(rec: dict[str, Any]) -> str:
+    """The port against each production reference (issue 11 ``references`` block): ratio and speed
+    label, or why it was not timed, and whether that reference passes the oracle. "—" for artifacts
+    written before the block existed."""
+    refs = [r for r in rec.get("references") or [] if r.get("production")]
+    if not refs:
+        return "—"
+    out = []
+    for r in refs:
+        if r.get("status") != "ok":
+            out.append(f"{r.get('name')}: {r.get('status')}")
+            continue
+        ok = "ok" if (r.get("parity") or {}).get("passed") else "FAILS oracle"
+        sp = r.get("speedup")
+        speed = {"faster": "faster", "slower": "slower", "within_noise": "within noise"}.get(r.get("speed"), "not timed")
+        out.append(f"{r.get('name')}: " + (f"{sp:.3f}x {speed}" if sp is not None else speed) + f", {ok}")
+    return "; ".join(out)
+
+
 def _row(rec: dict[str, Any]) -> list[str]:
     t = rec.get("timing") or {}
     parity = rec.get("parity") or {}
@@ -135,6 +154,7 @@ def _row(rec: dict[str, Any]) -> list[str]:
         _num((t.get("port_ms") or {}).get("median")),
         _num(ref_ms),
         speedup_text(rec),
+        production_text(rec),
         (_num(t.get("aa_noise_pct"), 2) + "%") if t.get("aa_noise_pct") is not None else "—",
         (_num(rec.get("pct_of_peak"), 3) + "%") if rec.get("pct_of_peak") is not None else "—",
         rec.get("verdict", "—"),
@@ -142,7 +162,7 @@ def _row(rec: dict[str, Any]) -> list[str]:
 
 
 COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro)", "port ms", "ref ms",
-           "speedup vs", "A/A noise", "% peak", "verdict"]
+           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]
 
 
 def report_table(records: list[dict[str, Any]]):
@@ -156,7 +176,7 @@ def report_table(records: list[dict[str, Any]]):
     for rec in records:
         cells = _row(rec)
         verdict = cells[-1]
-        reason = (rec.get("reason") or "").strip()
+        reason = (rec.get("verdict_text") or rec.get("reason") or "").strip()
         cells[-1] = Text(verdict, style=VERDICT_STYLE.get(verdict, ""))
         if reason:
             cells[-1].append("\n" + (reason[:160] + ("…" if len(reason) > 160 else "")), style="dim")
@@ -307,7 +327,9 @@ def write_html(records: list[dict[str, Any]], out: Path) -> Path:
             + ", ".join(f"{_badge(v)} {n}" for v, n in sorted(counts.items())) + "</p>"]
     body.append("<p class='muted'>Speedup = reference median ms / port median ms from same-session interleaved rounds; "
                 "the reference is the card's baseline unless it failed the fp32 oracle or refused the shape "
-                "(then an oracle-correct alternative, named in the 'speedup vs' column). Error bars: A/A noise floor. "
+                "(then an oracle-correct alternative, named in the 'speedup vs' column; when no reference passes, the first "
+                "timed one, which the verdict says fails the oracle). 'vs production': the ratio against each production "
+                "kernel and whether it passes the oracle. Error bars: A/A noise floor. "
                 "CPU rows carry numerics only (no GPU timing).</p>")
     head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     for card_id, recs in by_card.items():
@@ -318,8 +340,8 @@ def write_html(records: list[dict[str, Any]], out: Path) -> Path:
         rows = []
         for r in recs:
             cells = _row(r)
-            tds = "".join(f"<td class='num'>{e(c)}</td>" if i in (5, 6, 8, 9) else f"<td>{e(c)}</td>" for i, c in enumerate(cells[:-1]))
-            tds += f"<td>{_badge(cells[-1])}<div class='reason'>{e((r.get('reason') or '')[:400])}</div></td>"
+            tds = "".join(f"<td class='num'>{e(c)}</td>" if i in (5, 6, 9, 10) else f"<td>{e(c)}</td>" for i, c in enumerate(cells[:-1]))
+            tds += f"<td>{_badge(cells[-1])}<div class='reason'>{e((r.get('verdict_text') or r.get('reason') or '')[:400])}</div></td>"
             rows.append(f"<tr>{tds}</tr>")
         body.append(f"<table><tr>{head}</tr>{''.join(rows)}</table>")
         for r in recs:

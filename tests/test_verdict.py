@@ -133,3 +133,18 @@ def test_without_a_noise_floor_the_text_says_so():
 def test_unknown_reference_status_is_rejected():
     with pytest.raises(ValueError, match="unknown status"):
         decide(PortOutcome(parity_passed=True), [RefOutcome("x", status="missing")], None)
+
+
+def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
+    from skillrun.report import COLUMNS, _row, production_text
+
+    rec = {"verdict": "validated", "verdict_text": "faster than mslk (1.21x, A/A noise 2.1%), and mslk fails the oracle",
+           "references": [
+               {"name": "mslk", "role": "baseline", "production": True, "status": "ok", "parity": {"passed": False},
+                "speedup": 1.21, "speed": "faster"},
+               {"name": "mslk_pad16", "role": "alternative", "production": True, "status": "unsupported", "speed": "not_timed"},
+               {"name": "loop", "role": "alternative", "production": False, "status": "ok", "parity": {"passed": True},
+                "speedup": 7.6, "speed": "faster"}]}
+    assert production_text(rec) == "mslk: 1.210x faster, FAILS oracle; mslk_pad16: unsupported"
+    assert production_text({"verdict": "validated"}) == "—"  # artifacts from before issue 11
+    assert len(_row(rec)) == len(COLUMNS) and "vs production" in COLUMNS
