@@ -116,6 +116,7 @@ def test_rowwise_pad16_pads_m_once_in_prepare_and_copies_the_real_rows(fake):
     assert c["XQ"]["shape"] == (RW["batch"], 16, RW["K"]) and c["x_scale"]["shape"] == (RW["batch"], 16)
     assert c["output"]["shape"] == (RW["batch"], 16, RW["N"]) and c["output"]["ptr"] != out.data_ptr()
     assert launch.describe["pad_m_to"] == 16
+    assert re.search(launch.expect_kernels, "void at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)")
 
 
 def test_groupwise_scales_are_mslk_layout_k_blocks_by_m_and_k_blocks_by_n_blocks(fake):

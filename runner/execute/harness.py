@@ -471,7 +471,7 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
 
     slot_of = {e["name"]: e["slot"] for e in rec["references"]}
     rejected = [f"{e['name']} ({e['kernel']}): " + _why_rejected(e) for e in rec["references"]
-                if e["name"] != dec.primary and (e["status"] != "ok" or not e["parity"].get("passed"))]
+                if e["name"] != dec.primary and (e["status"] != "ok" or not e["parity"].get("passed") or e.get("timing_note"))]
     if dec.primary is None:
         rec.update(speedup=None, verdict=dec.verdict,
                    reason="port is oracle-correct and timed, but no reference could be timed against it: "
@@ -504,6 +504,8 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
 
 
 def _why_rejected(entry: dict[str, Any]) -> str:
+    if entry.get("timing_note") and entry["status"] == "ok" and entry["parity"].get("passed"):
+        return entry["timing_note"]
     if entry["status"] == "unsupported":
         return "does not support this shape"
     if entry["status"] == "unavailable":
