@@ -210,7 +210,8 @@ def decide(port: PortOutcome, refs: list[RefOutcome], noise_pct: float | None, *
     head = _phrase(sp, noise_pct)
     if _fails(primary):
         if sp.speed == "slower":
-            head += ", but the only oracle-correct kernel" if only_correct else f", and {primary.name} fails the oracle"
+            head += (f", but the only oracle-correct kernel ({primary.name} fails the oracle)" if only_correct
+                     else f", and {primary.name} fails the oracle")
         elif sp.speed == "within_noise":
             head += f", and {primary.name} fails the oracle" + (" (the port is the only oracle-correct kernel)" if only_correct else "")
         else:
