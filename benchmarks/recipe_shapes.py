@@ -25,7 +25,6 @@ def card_shapes(card_id: str, untuned: bool = False, root: Path = REPO) -> list[
         card = yaml.safe_load(front)
     except (OSError, IndexError, yaml.YAMLError) as exc:
         raise SystemExit(f"{path}: cannot read the card's front matter ({exc})")
-    keys = None
     out, seen = [], set()
     for case in card.get("tests", {}).get("selects", []):
         if case.get("untuned") and not untuned:
@@ -34,7 +33,6 @@ def card_shapes(card_id: str, untuned: bool = False, root: Path = REPO) -> list[
         if isinstance(shape, list):
             text = ",".join(str(int(v)) for v in shape)
         else:
-            keys = keys or list(shape)
             text = ",".join(f"{k}={int(v)}" for k, v in shape.items())
         if text not in seen:
             seen.add(text)
