@@ -66,3 +66,33 @@ def test_cpu_run_writes_the_references_block_with_parity_status_and_verdict_text
     assert "mslk_rowwise_batched passes the oracle" in text and "aiter_batched_gemm_a8w8 unavailable" in text
     # the legacy blocks are still written for older readers
     assert art["parity"]["baseline"]["passed"] and "aiter_batched_gemm_a8w8" in art["parity"]["alternatives"]
+
+
+def test_gpu_verdict_path_with_a_failing_baseline_reports_both_axes(tmp_path):
+    """The harness's GPU verdict path (validated / slower / within_noise), driven on the CPU by a
+    backend that calls itself cuda and a host wall timer: the baseline fails the oracle, the port is
+    the only oracle-correct kernel and (a broadcast-sum against torch.mm) far slower. The verdict
+    must say both, instead of the old uninformative `skipped`."""
+    from defects.kb import K, card, make_defect_kb
+    from skillrun.execute import run_skill
+    from skillrun.execute.backends import CpuBackend, detect_facts
+    from skillrun.execute.peaks import DevicePeak, PeakTable
+    from skillrun.kb.index import SkillIndex
+    from skillrun.validation import validate_record
+
+    class SimulatedGpu(CpuBackend):  # GPU semantics (kind cuda), CPU tensors and a host timer
+        kind = "cuda"
+
+    c = card("gpu_sim_failing_baseline", f"{K}:build_port_ok", baseline={"cuda": f"{K}:build_baseline_wrong"})
+    c["references"].update(baseline_names={"cuda": "vendor_gemm"}, production=["vendor_gemm"])
+    index = SkillIndex.load(make_defect_kb(tmp_path / "kb", [c]))
+    peaks = PeakTable([DevicePeak(name="generous", match=".", tflops={"fp16": 100.0}, gbps=10000.0, source="tests")])
+    (rec,) = run_skill(index, c["id"], [{"M": 48, "N": 32, "K": 64}], backend=SimulatedGpu(facts=detect_facts("cpu")),
+                       write=False, timer="wall", rounds=10, warmup=1, peaks=peaks, isolation="fork", timeout_s=120)
+    (ref,) = rec["references"]
+    assert ref["name"] == "vendor_gemm" and ref["production"] and ref["parity"]["passed"] is False
+    assert ref["speed"] == "slower" and rec["verdict"] == "slower", rec["reason"]
+    assert rec["speedup"] == ref["speedup"] < 1
+    assert "but the only oracle-correct kernel (vendor_gemm fails the oracle)" in rec["verdict_text"]
+    assert "fails the fp32 oracle" in rec["timing"]["versus"]
+    validate_record({k: v for k, v in rec.items() if k != "artifact"})
