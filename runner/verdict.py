@@ -107,13 +107,13 @@ def _fails(ref: RefOutcome) -> bool:
     return ref.status == "ok" and ref.parity_passed is False
 
 
-def _why_not_run(ref: RefOutcome) -> str:
+def _why_not_run(ref: RefOutcome, tag: str = "") -> str:
     what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run"}.get(ref.status, ref.status)
     err = (ref.error or "").strip().splitlines()[0] if ref.error else ""
     for prefix in ("unavailable: ", "ReferenceUnavailable: ", "unsupported shape: "):
         err = err[len(prefix):] if err.startswith(prefix) else err
     err = err if len(err) <= 200 else err[:199] + "…"
-    return f"{ref.name} {what}" + (f" ({err})" if err else "")
+    return f"{ref.name}{tag} {what}" + (f" ({err})" if err else "")
 
 
 def _primary(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> RefOutcome | None:
@@ -142,7 +142,7 @@ def _others(refs: list[RefOutcome], speeds: dict[str, RefSpeed], primary: str | 
         sp = speeds[r.name]
         tag = " (production)" if r.production else ""
         if r.status != "ok":
-            out.append(_why_not_run(r) + tag)
+            out.append(_why_not_run(r, tag))
         elif sp.speed == "not_timed":
             why = r.why_not_comparable or "not timed"
             out.append(f"{r.name}{tag} {'fails' if _fails(r) else 'passes'} the oracle, {why}")
