@@ -74,7 +74,7 @@ def test_reference_that_could_not_run_is_named_with_its_error_and_the_next_one_l
     d = decide(port, refs, NOISE)
     assert d.speeds["mslk_rowwise_batched"].speed == "not_timed" and d.speeds["mslk_rowwise_batched"].speedup is None
     assert d.primary == "scaled_mm_loop" and d.verdict == "validated"
-    assert f"mslk_rowwise_batched {word} (ModuleNotFoundError: No module named 'mslk')" in d.text
+    assert f"mslk_rowwise_batched (production) {word} (ModuleNotFoundError: No module named 'mslk')" in d.text
     assert "scaled_mm_loop fails the oracle" in d.text
 
 
