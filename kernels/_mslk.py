@@ -24,15 +24,17 @@ from skillrun_kernels.protocol import ReferenceUnavailable, UnsupportedShape
 
 PIN = "mslk-cuda==1.1.0"
 
-# Device kernel names the MSLK ops launch (slot integrity). UNVERIFIED until the first device run
-# records them: MSLK compiles its vendored CUTLASS with CUTLASS_NAMESPACE=mslk, so CUTLASS kernels
-# should appear as `cutlass_mslk::device_kernel<...>` (mangled `_ZN12cutlass_mslk13device_kernel`),
-# next to MSLK's own argument-setup kernels (`mslk::gemm::set_*kernel_args*`, grouped ops only).
-# The plain `cutlass::device_kernel` spelling is accepted too in case a build does not rename the
-# namespace. On ROCm, CK kernels (`ck::` / `_ZN2ck`, `kernel_gemm_xdl...`). None of these can match
-# the ports' anchored Triton kernel names (`^_fp8_rowwise_bmm_kernel$`, `^_moe_a16wi4_..._kernel$`).
-MSLK_CUDA_KERNELS = (r"cutlass_mslk|_ZN\d+cutlass_mslk|cutlass::device_kernel|_ZN7cutlass13device_kernel"
-                     r"|mslk::gemm::\w*kernel_args|_ZN4mslk4gemm\w*kernel_args")
+# Device kernel names the MSLK ops launch (slot integrity). Read from the string table of the
+# mslk-cuda 1.1.0 wheel's mslk.so (not yet from a device trace: UNVERIFIED until the first device
+# run records them): MSLK builds its GEMMs with CUTLASS_NAMESPACE=mslk, so every CUTLASS GEMM kernel
+# there is `cutlass_mslk::device_kernel<...GemmUniversal...>` (mangled `_ZN12cutlass_mslk13device_kernel`;
+# 5606 block-scaled ones among them), the grouped ops add MSLK's argument-setup kernels
+# (`mslk::gemm::set_kernel_args`, `set_stacked_kernel_args_kernel`, ...). The plain `cutlass::`
+# kernels in that library are attention/conv kernels, and torch's own CUTLASS GEMMs
+# (torch._scaled_grouped_mm, torch._grouped_mm) are plain `cutlass::` too, so they are NOT accepted:
+# an MSLK slot that ran torch's kernel instead fails integrity. On ROCm, CK kernels (`ck::` /
+# `_ZN2ck`, `kernel_gemm_xdl...`), unread. None of these can match the ports' anchored Triton names.
+MSLK_CUDA_KERNELS = r"cutlass_mslk|_ZN\d+cutlass_mslk|mslk::gemm::\w*kernel_args|_ZN4mslk4gemm\w*kernel_args"
 MSLK_ROCM_KERNELS = r"_ZN2ck|\bck::|kernel_gemm_xdl|kernel_batched_gemm|kernel_grouped_gemm"
 MSLK_KERNELS = f"{MSLK_CUDA_KERNELS}|{MSLK_ROCM_KERNELS}"
 

@@ -230,7 +230,8 @@ def test_a_missing_op_is_unavailable_and_names_it(fake):
 
 
 def test_mslk_slot_regex_is_broad_for_cutlass_and_ck_names_and_never_matches_the_ports():
-    """UNVERIFIED against a device trace (none recorded with MSLK yet): plausible names only."""
+    """Names as mslk-cuda 1.1.0's mslk.so spells its kernels (string table), UNVERIFIED against a device
+    trace (none recorded with MSLK yet); torch's own CUTLASS/cuBLAS GEMMs must not pass for MSLK."""
     from skillrun_kernels.fp8_rowwise_batched_gemm import triton_sm90 as rw_port
     from skillrun_kernels.moe_a16wi4 import triton_sm90 as moe_port
 
@@ -239,7 +240,6 @@ def test_mslk_slot_regex_is_broad_for_cutlass_and_ck_names_and_never_matches_the
         "void cutlass_mslk::device_kernel<cutlass_mslk::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
         "cutlass_mslk::gemm::collective::CollectiveMma<...> > >(cutlass_mslk::gemm::kernel::GemmUniversal<...>::Params)",
         "_ZN12cutlass_mslk13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE",
-        "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<...> >(...)",
         "void mslk::gemm::set_kernel_args<cute::tuple<int, int, int>, cutlass_mslk::bfloat16_t>(int, int)",
         "void mslk::gemm::set_stacked_kernel_args_kernel<long>(int, int, int)",
         "_ZN2ck27kernel_gemm_xdl_cshuffle_v3INS_40GridwiseGemm",
@@ -247,6 +247,11 @@ def test_mslk_slot_regex_is_broad_for_cutlass_and_ck_names_and_never_matches_the
     assert all(rx.search(n) for n in plausible)
     ports = ["_fp8_rowwise_bmm_kernel"] + [f"_moe_a16wi4_{s}_kernel" for s in ("align", "scatter", "gate_up", "down", "cast")]
     assert not any(rx.search(n) for n in ports)
+    torch_gemms = ["void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<...> >(...)",
+                   "_ZN7cutlass13device_kernelIN49_GLOBAL__N__scaled_grouped_mm", "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_TNT",
+                   "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"]
+    assert not any(rx.search(n) for n in torch_gemms)
+    assert not any(re.search(moe_refs.MSLK_MOE_KERNELS, n) for n in torch_gemms)
     assert not any(re.search(rw_port.EXPECT_KERNELS, n) for n in plausible)
     assert not any(re.search(moe_port.EXPECT_KERNELS, n) for n in plausible)
     # the MoE slot also accepts the torch routing kernels around MSLK's GEMMs

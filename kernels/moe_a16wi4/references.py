@@ -54,8 +54,14 @@ TORCH_MOE_KERNELS = (
     r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel"
     r"|_ZN7cutlass13device_kernel|nvjet_sm90_tst_|Memcpy |Memset )"
 )
-# An MSLK MoE layer's slot: MSLK's own kernels plus the torch routing/elementwise kernels around them.
-MSLK_MOE_KERNELS = f"{TORCH_MOE_KERNELS}|{_mslk.MSLK_KERNELS}"
+# An MSLK MoE layer's slot: MSLK's own kernels plus the torch routing/elementwise kernels around them
+# (argsort, bincount, gather, SiLU, index_add; aten and CUB), but none of torch's GEMMs
+# (torch._grouped_mm's CUTLASS kernel, cuBLAS): a secret torch fallback fails integrity.
+TORCH_ROUTING_KERNELS = (
+    r"^(void (at::native::|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
+    r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel|Memcpy |Memset )"
+)
+MSLK_MOE_KERNELS = f"{TORCH_ROUTING_KERNELS}|{_mslk.MSLK_KERNELS}"
 
 
 def build_oracle(shape: dict, config: dict, device: str) -> KernelLaunch:
