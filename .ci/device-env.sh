@@ -3,10 +3,16 @@
 # It makes `skillrun` / `skillrun_kernels` importable without installing (no network there):
 # the fixed layout maps runner/ and kernels/ onto those names, so we expose them through links.
 # Wheels for packages the image lacks travel in .whl/ (carry it) and go to /tmp/site. Fetch them here
-# (ignored by git) for the image's Python 3.12, e.g. for pydantic, pydantic_core, annotated-types,
-# typing-inspection, typing_extensions, jsonschema, jsonschema-specifications, referencing, rpds-py, ijson, orjson:
+# (ignored by git) for the image's Python 3.12 (it has attrs, typer, rich, pyyaml, numpy already):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl NAME==VER
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 \
+#     jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 ijson==3.6.0 \
+#     orjson==3.13.0 mslk-cuda==1.1.0
+# mslk-cuda (MSLK's CUTLASS ops, the production references of issue 11; needs only numpy) is
+# mslk_cuda-1.1.0-cp312-cp312-manylinux_2_28_x86_64.whl, 44.5 MB; the twelve wheels are 48.1 MB
+# (45.9 MiB) together, inside the 64 MiB a device call carries with the working tree (~2.3 MB).
+# Without the mslk wheel the MSLK references are recorded `unavailable`, never replaced.
 set -e
 _root="$(pwd)"
 mkdir -p /tmp/shim

@@ -11,6 +11,12 @@
 #   4r. the row-wise half of 4 only (baseline profile, runner on four shapes) plus a short same-session
 #       table of the precise-accumulation cost at M=128/1024, N=1280, K=8192.
 #   5. the batched row-wise benchmark (port vs the _scaled_mm loop vs _scaled_grouped_mm, all shapes).
+#   6<c>:<i>/<n>  issue 11: `skill-run run` on part i of n of every recipe shape (tests.selects,
+#      untuned ones included) of one sm_90 card, against all its references: the production kernels
+#      (MSLK's CUTLASS ops from the carried mslk-cuda wheel; cuBLAS block-wise) and the earlier ones.
+#      c = r (row-wise batched), m (a16wi4 MoE), b (block-scale). One part per device call, e.g.
+#      STAGES="6r:1/3" ... "6r:3/3", "6m:1/3" ... "6b:3/3". Needs .whl (carry it) with mslk-cuda.
+#   6t  tests/test_mslk_gpu.py: MSLK parity, refusals and kernel names, before the runner stages.
 #   SKILLRUN_GIT_REVISION=<sha> STAGES="1 2 3 4 5" bash benchmarks/device_validate_sm90.sh
 set -o pipefail
 source .ci/device-env.sh
@@ -48,6 +54,19 @@ for s in $STAGES; do
      run timeout 85 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --m 128 1024 --n 1280 --acc-ablation \
        --out "$OUT/fp8_rowwise_acc_ablation.json" ;;
   5) run timeout 200 python3 benchmarks/bench_fp8_rowwise_batched_sm90.py --sweep --budget-s 150 --out "$OUT/fp8_rowwise_bench.json" ;;
+  6t) # MSLK on the device first: parity of each MSLK reference, the group-32 refusal, and the slot
+      # regexes against the kernel names the profiler records (tests/test_mslk_gpu.py).
+     run timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_mslk_gpu.py ;;
+  6?:*/*)
+     case ${s:1:1} in r) card=triton_fp8_rowwise_batched_gemm_sm90 ;; m) card=triton_moe_a16wi4_sm90 ;;
+                      b) card=triton_fp8_blockscale_gemm_sm90 ;; *) echo "unknown card letter in $s" | tee -a "$LOG"; continue ;; esac
+     # Say which MSLK this run has (or why none): an artifact's references then read `unavailable`.
+     run python3 -c "import mslk, torch; from skillrun_kernels import _mslk; print(_mslk.version(), 'ops:', \
+       [n for n in ('f8f8bf16_rowwise_batched', 'f8f8bf16_groupwise', 'bf16i4bf16_shuffled_grouped', \
+        'bf16i4bf16_rowwise_batched', 'bf16bf16bf16_grouped_stacked', 'preshuffle_i4') if hasattr(torch.ops.mslk, n)])"
+     # shellcheck disable=SC2046  (one --shape per word)
+     run timeout 570 python3 -m skillrun run "$card" $(python3 benchmarks/recipe_shapes.py "$card" --untuned --part "${s#*:}") \
+       --rounds "$ROUNDS" $GRAPH ;;
   esac
 done
 tar czf "$OUT/evidence.tgz" validation runner/examples "$OUT"/*.trace.json.gz 2>/dev/null

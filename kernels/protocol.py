@@ -31,6 +31,14 @@ class UnsupportedShape(ValueError):
     """The kernel (often a vendor baseline) does not support this shape; not a numerical failure."""
 
 
+class ReferenceUnavailable(ImportError):
+    """The reference's library is not importable on this machine (e.g. ``mslk`` not installed).
+
+    The harness records the reference as ``unavailable`` with this text; it is never replaced by
+    another kernel. (The worker reports it as ``ReferenceUnavailable: <text>``.)
+    """
+
+
 @dataclass
 class KernelLaunch:
     name: str

@@ -169,15 +169,10 @@ class Summary:
 
 
 def speed_axis(speedup: Optional[float], noise_pct: Optional[float]) -> str:
-    """faster / slower / within_noise: the same thresholds the harness uses for its verdict."""
-    if speedup is None:
-        return "not_timed"
-    noise = (noise_pct or 0.0) / 100.0
-    if speedup > 1.0 + noise:
-        return "faster"
-    if speedup >= 1.0 - noise:
-        return "within_noise"
-    return "slower"
+    """faster / slower / within_noise: the harness's own rule (skillrun.verdict.speed_label)."""
+    from skillrun.verdict import speed_label
+
+    return speed_label(speedup, noise_pct)
 
 
 def _f(x: Any) -> Optional[float]:

@@ -154,7 +154,7 @@ def _row(rec: dict[str, Any]) -> list[str]:
 
 
 COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro)", "port ms", "ref ms",
-           "speedup vs", "A/A noise", "% peak", "verdict"]
+           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]
 
 
 def report_table(records: list[dict[str, Any]]):

@@ -136,3 +136,21 @@ def test_repository_kb_lints_clean():
     """The shipped knowledge base itself must pass lint (cards, facts, committed validation YAML)."""
     res = subprocess.run([sys.executable, "-m", "skillrun", "--kb", str(REPO), "lint"], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_reference_names_and_production_marks_are_checked(tmp_path):
+    """Artifacts key references by name (issue 11): production names must exist, names be unique."""
+    ok = copy.deepcopy(CARD)
+    k = "skillrun_kernels.protocol:KernelLaunch"
+    ok["references"].update(baseline_names={"rocm": "ck_gemm"}, production=["ck_gemm", "aiter_gemm"],
+                            alternatives=[{"name": "aiter_gemm", "kernel": k, "device": "rocm"}])
+    assert _lint(make_kb(tmp_path / "ok", ok)).ok
+    bad = copy.deepcopy(ok)
+    bad["references"]["production"] = ["mslk_gemm"]
+    assert "'mslk_gemm' is not a reference" in _only(_lint(make_kb(tmp_path / "p", bad)), "references.production.0").reason
+    bad = copy.deepcopy(ok)
+    bad["references"]["baseline_names"]["cuda"] = "cublas"
+    assert "no cuda entry" in _only(_lint(make_kb(tmp_path / "n", bad)), "references.baseline_names.cuda").reason
+    bad = copy.deepcopy(ok)
+    bad["references"]["alternatives"].append({"name": "ck_gemm", "kernel": k})
+    assert "used twice on rocm" in _only(_lint(make_kb(tmp_path / "d", bad)), "references").reason

@@ -7,6 +7,9 @@ shape (M, L) with strides (1, M), L = K/128, and the weight scales as the transp
 of 4 (PyTorch PR #166752): without the padding, L % 4 != 0 (K = 768: L = 6) is accepted and
 silently wrong. ``build_cublas_blockwise`` is the unpadded call a user writes today (the baseline);
 ``build_cublas_blockwise_padded`` is the corrected layout.
+
+``build_mslk_groupwise``: MSLK's CUTLASS ``f8f8bf16_groupwise`` (1x128 activation / 128x128
+weight scales; ``mslk-cuda``, and the same op name on ROCm), an alternative to cuBLAS block-wise.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import torch
 
+from skillrun_kernels import _mslk
 from skillrun_kernels.fp8_blockscale_gemm import problem
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
@@ -174,6 +178,46 @@ def build_cublas_blockwise_padded(shape: dict, config: dict | None = None, devic
         describe={"backend": "cublas", "api": "scaled_mm", "scale_b_padded": True},
     )
     return launch
+
+
+# ---------------------------------------------------------------------------------------------
+# MSLK's CUTLASS group-wise kernel
+
+
+def mslk_groupwise_scales(a_scale: torch.Tensor, b_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale layouts ``f8f8bf16_groupwise`` reads, as MSLK v1.1.0's own benchmark and tests make
+    them (``quantize_fp8_group(x, k_major=False)``, ``quantize_fp8_block(w, 128, 128, k_major=False)``):
+
+    x_scale: (K/128, M) contiguous, M fastest ("M-major"), element [kb, m] = a_scale[m, kb];
+    w_scale: (K/128, ceil(N/128)) contiguous, element [kb, nb] = b_scale[nb, kb].
+
+    Both are decode multipliers (MSLK returns amax/448, the same convention as problem.py). Handing
+    the problem's (M, K/128) / (Nb, K/128) row-major tensors over as they are is the "naive layout"
+    that gave wrong results in the H200 probe (peers-on-h200.md).
+    """
+    if a_scale.dim() != 2 or b_scale.dim() != 2 or a_scale.shape[1] != b_scale.shape[1]:
+        raise ValueError(f"a_scale {tuple(a_scale.shape)} and b_scale {tuple(b_scale.shape)} must be (M, L) and (Nb, L)")
+    return a_scale.float().t().contiguous(), b_scale.float().t().contiguous()
+
+
+def build_mslk_groupwise(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
+    """MSLK's CUTLASS fp8 GEMM with 1x128 / 128x128 scales (``torch.ops.mslk.f8f8bf16_groupwise``).
+
+    Unavailable without mslk; a shape the op refuses (TORCH_CHECK / "cutlass cannot implement") is
+    recorded as unsupported with MSLK's text. It allocates its own output (no ``out`` argument)."""
+    problem.check_shape(shape)
+    fn = _mslk.op("f8f8bf16_groupwise")
+
+    def prepare(inputs: dict) -> dict:
+        xs, ws = mslk_groupwise_scales(inputs["a_scale"], inputs["b_scale"])
+        return {"XQ": inputs["a"].contiguous(), "WQ": inputs["b"].contiguous(), "x_scale": xs, "w_scale": ws}
+
+    def run(prep: dict, out: torch.Tensor) -> torch.Tensor:
+        return _mslk.guarded("f8f8bf16_groupwise", shape, lambda: fn(prep["XQ"], prep["WQ"], prep["x_scale"], prep["w_scale"]))
+
+    return KernelLaunch(name="mslk_f8f8bf16_groupwise", run=run, prepare=prepare, expect_kernels=_mslk.MSLK_KERNELS,
+                        describe={"backend": _mslk.backend_name(), "op": "torch.ops.mslk.f8f8bf16_groupwise",
+                                  "mslk": _mslk.version(), "writes_out": False, "expect_kernels_verified": False})
 
 
 # ---------------------------------------------------------------------------------------------

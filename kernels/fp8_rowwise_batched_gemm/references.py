@@ -5,14 +5,20 @@
   way to express a batched rowwise GEMM in PyTorch (``_scaled_mm`` is 2-D only).
 - ``build_scaled_grouped_mm`` (CUDA sm_90/sm_100): ``torch._scaled_grouped_mm`` 3D x 3D, i.e. one
   CUTLASS launch for all batches.
-- ``build_ck_rowwise_batched`` (ROCm): MSLK's ``f8f8bf16_rowwise_batched`` op (CK or FlyDSL
-  behind it), else aiter's batched a8w8 GEMM.
+- ``build_mslk_rowwise_batched`` (CUDA and ROCm; the production kernel): MSLK's
+  ``torch.ops.mslk.f8f8bf16_rowwise_batched``, CUTLASS on sm_90 (``mslk-cuda``), CK/FlyDSL on
+  gfx9xx (``mslk-rocm``): the op the row-wise seed (MSLK PR #444) implements for gfx950.
+  ``build_mslk_rowwise_batched_pad16``: the same op on M padded to a multiple of 16, as a caller
+  does where the op refuses a small M (kept beside the unpadded one, which then says
+  ``unsupported``). ``build_ck_rowwise_batched`` is the same builder under the gfx950 card's name.
+- ``build_aiter_batched_a8w8`` (ROCm): aiter's batched a8w8 GEMM, a separate named reference.
 """
 from __future__ import annotations
 
 import torch
 
-from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
+from skillrun_kernels import _mslk
+from skillrun_kernels.protocol import KernelLaunch, ReferenceUnavailable, UnsupportedShape
 
 from . import problem
 
@@ -131,33 +137,79 @@ def build_scaled_grouped_mm(shape: dict, config: dict, device: str) -> KernelLau
     )
 
 
+def mslk_rowwise_batched_args(inputs: dict, pad_m_to: int = 1) -> dict:
+    """The operands ``f8f8bf16_rowwise_batched`` takes (MSLK v1.1.0: 3-D contiguous e4m3 XQ (B, M, K)
+    and WQ (B, N, K), fp32 x_scale (B, M) and w_scale (B, N) decode multipliers, bf16 out (B, M, N)),
+    with M zero-padded to ``pad_m_to`` (scale 1 on the extra rows) when that is > 1."""
+    xq, xs = inputs["xq"], inputs["x_scale"]
+    if pad_m_to > 1:
+        xq, xs = pad_rows(xq, xs, pad_m_to)
+    b, mp, _ = xq.shape
+    n = inputs["wq"].shape[1]
+    padded = mp != inputs["xq"].shape[1]
+    return {
+        "XQ": xq.contiguous(), "WQ": inputs["wq"].contiguous(),
+        "x_scale": xs.float().reshape(b, mp).contiguous(), "w_scale": inputs["w_scale"].float().reshape(b, n).contiguous(),
+        "tmp": torch.empty(b, mp, n, dtype=torch.bfloat16, device=xq.device) if padded else None,
+    }
+
+
+def _mslk_rowwise(shape: dict, config: dict, device: str, pad_m_to: int, name: str) -> KernelLaunch:
+    fn = _mslk.op("f8f8bf16_rowwise_batched")  # ReferenceUnavailable without mslk
+    m = int(shape["M"])
+
+    def prepare(inputs: dict) -> dict:
+        return mslk_rowwise_batched_args(inputs, pad_m_to)
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        target = out if p["tmp"] is None else p["tmp"]
+        # use_fast_accum=True is the only mode MSLK's CUTLASS kernel accepts (TORCH_CHECK in v1.1.0).
+        res = _mslk.guarded("f8f8bf16_rowwise_batched", shape, lambda: fn(
+            p["XQ"], p["WQ"], p["x_scale"], p["w_scale"], bias=None, use_fast_accum=True, output=target))
+        if p["tmp"] is not None:
+            out.copy_(res[:, :m])
+            return out
+        return res
+
+    # The padded form also launches the copy of the M real rows (the loop's copy kernels, SCALED_MM_KERNELS).
+    expect = _mslk.MSLK_KERNELS + (r"|direct_copy_kernel|elementwise_kernel" if m % max(pad_m_to, 1) else "")
+    return KernelLaunch(
+        name=name, run=run, prepare=prepare, expect_kernels=expect,
+        describe={"backend": _mslk.backend_name(), "op": "torch.ops.mslk.f8f8bf16_rowwise_batched", "mslk": _mslk.version(),
+                  "launches": 1, "use_fast_accum": True, "pad_m_to": pad_m_to if m % max(pad_m_to, 1) else None,
+                  "expect_kernels_verified": False},
+    )
+
+
+def build_mslk_rowwise_batched(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """MSLK's batched row-wise fp8 GEMM (the production kernel), unpadded: a shape it refuses (M=1 on
+    the H200 probe) is recorded as unsupported with MSLK's error text."""
+    return _mslk_rowwise(shape, config or {}, device, int((config or {}).get("pad_m_to", 1)), "mslk_f8f8bf16_rowwise_batched")
+
+
+def build_mslk_rowwise_batched_pad16(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """The same op on M zero-padded to a multiple of 16 (padded once, untimed); the timed call also
+    copies the M real rows out, as a caller's padded code would (same rule as the _scaled_mm loop)."""
+    return _mslk_rowwise(shape, config or {}, device, 16, "mslk_f8f8bf16_rowwise_batched_pad16")
+
+
 def build_ck_rowwise_batched(shape: dict, config: dict, device: str) -> KernelLaunch:
-    """ROCm baseline: MSLK's batched rowwise op if importable, else aiter's batched a8w8 GEMM.
+    """The gfx950 card's ROCm baseline: MSLK's batched row-wise op (mslk-rocm), the same builder as
+    the sm_90 card's (same op name and schema). Without mslk it is ``unavailable``; aiter's GEMM is
+    ``build_aiter_batched_a8w8``, a separate reference, never a silent stand-in."""
+    return _mslk_rowwise(shape, config or {}, device, 1, "mslk_f8f8bf16_rowwise_batched")
 
-    Not runnable on this project's machines (no AMD GPU); kept so a card's rocm baseline resolves.
-    """
-    try:
-        import mslk  # noqa: F401  (registers torch.ops.mslk.*)
 
-        op = torch.ops.mslk.f8f8bf16_rowwise_batched
-
-        def run(p: dict, out: torch.Tensor) -> torch.Tensor:
-            return op(p["xq"], p["wq"], p["x_scale"], p["w_scale"])
-
-        return KernelLaunch(name="mslk_f8f8bf16_rowwise_batched", run=run, describe={"backend": "ck"})
-    except (ImportError, AttributeError, RuntimeError):
-        pass
+def build_aiter_batched_a8w8(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """aiter's batched a8w8 GEMM on ROCm. Not runnable on this project's machines (no AMD GPU)."""
     try:
         import aiter
 
         fn = aiter.batched_gemm_a8w8
     except (ImportError, AttributeError) as exc:
-        raise ImportError(
-            "build_ck_rowwise_batched needs mslk (torch.ops.mslk.f8f8bf16_rowwise_batched) or aiter "
-            f"(aiter.batched_gemm_a8w8) on a ROCm device; neither is importable here ({exc})"
-        ) from None
+        raise ReferenceUnavailable(f"aiter.batched_gemm_a8w8 is not importable here ({type(exc).__name__}: {exc})") from None
 
     def run_aiter(p: dict, out: torch.Tensor) -> torch.Tensor:
         return fn(p["xq"], p["wq"], p["x_scale"].unsqueeze(-1), p["w_scale"].unsqueeze(-2), out)
 
-    return KernelLaunch(name="aiter_batched_gemm_a8w8", run=run_aiter, describe={"backend": "ck"})
+    return KernelLaunch(name="aiter_batched_gemm_a8w8", run=run_aiter, describe={"backend": "ck", "api": "aiter.batched_gemm_a8w8"})

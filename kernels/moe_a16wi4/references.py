@@ -9,6 +9,28 @@
 - ``build_per_expert_loop`` (alternative): bf16 weights dequantized once, then a Python loop of
   ``F.linear`` over the experts that received tokens.
 - ``build_ck_moe_int4`` (ROCm): aiter's fused MoE with int4 weights, when importable.
+- MSLK's production ops (``mslk-cuda`` CUTLASS on sm_90; the same op names from ``mslk-rocm``),
+  each as a whole MoE layer (routing, gate/up GEMM, SiLU*up, down GEMM, weighted top-k sum), the
+  routing and the small elementwise steps in torch as a user of those ops writes them:
+  ``build_mslk_bf16i4_shuffled_grouped`` (``bf16i4bf16_shuffled_grouped`` on ``preshuffle_i4``
+  weights, int64 ``M_sizes``; the production int4 kernel), ``build_mslk_bf16i4_rowwise_batched``
+  (``bf16i4bf16_rowwise_batched`` on the active experts, tokens padded per expert) and
+  ``build_mslk_bf16_grouped_stacked`` (``bf16bf16bf16_grouped_stacked`` on bf16 weights made once:
+  the dense bf16 ceiling, 4x the weight memory).
+
+How our symmetric signed int4 maps onto MSLK's int4 forms. Ours: w = q * s, q in [-8, 7] (one per
+int8), s a bf16 scale per ``group_size`` elements of K. MSLK's bf16 x int4 kernels take CUTLASS
+``int4b_t`` (already signed, [-8, 7]) packed two per byte with the even k in the low nibble (MSLK's
+``pack_int4``; the same bytes as packing.pack_int4), group scales laid out [K/group, N] per expert,
+and an *additive* zero point z in weight units: w = q * s + z (MSLK's ``int4_row_quantize_zp``
+recentres its unsigned [0, 15] codes by 8 into that signed form, so z = min + 8 s there). A
+symmetric weight is exactly that form with the constant z = 0, so the zero tensors are zeros of
+the scale's shape and dtype (``bf16i4bf16_shuffled_grouped`` in v1.1.0 does not even read them:
+its CUTLASS mainloop is scale-only; ``bf16i4bf16_rowwise_batched`` does). Nothing is re-quantized:
+the kernels see the problem's own q and s. CUTLASS's sm_90 mixed-input GEMM accepts a group size
+only if it equals K or is a multiple of its 64-deep K tile (``can_implement``), so at this card's
+group_size 32 MSLK is expected to refuse: that is recorded as ``unsupported`` with MSLK's text
+(expected from reading the source, unverified until the device run).
 
 All GEMM inputs are bf16 with fp32 accumulation; only the int4 -> bf16 dequantization rounds.
 """
@@ -17,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from skillrun_kernels import _mslk
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import packing, problem
@@ -31,6 +54,14 @@ TORCH_MOE_KERNELS = (
     r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel"
     r"|_ZN7cutlass13device_kernel|nvjet_sm90_tst_|Memcpy |Memset )"
 )
+# An MSLK MoE layer's slot: MSLK's own kernels plus the torch routing/elementwise kernels around them
+# (argsort, bincount, gather, SiLU, index_add; aten and CUB), but none of torch's GEMMs
+# (torch._grouped_mm's CUTLASS kernel, cuBLAS): a secret torch fallback fails integrity.
+TORCH_ROUTING_KERNELS = (
+    r"^(void (at::native::|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
+    r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel|Memcpy |Memset )"
+)
+MSLK_MOE_KERNELS = f"{TORCH_ROUTING_KERNELS}|{_mslk.MSLK_KERNELS}"
 
 
 def build_oracle(shape: dict, config: dict, device: str) -> KernelLaunch:
@@ -203,3 +234,163 @@ def build_ck_moe_int4(shape: dict, config: dict, device: str) -> KernelLaunch:
         "build_ck_moe_int4: aiter is importable, but its a16wi4 weight preshuffle (shuffle_weight (16,16), "
         "int4 pack, shuffle_scale_for_int4) is not wired here; it needs a ROCm device to validate"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# MSLK production ops (see the module docstring for the int4 mapping)
+
+
+def mslk_int4_operands(w_q: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(E, N, K) int8 codes in [-8, 7] and (E, N, K/g) bf16 scales -> MSLK's int4 operands:
+
+    packed (E, N, K/2) int8 (two codes per byte, even k in the low nibble), scale (E, K/g, N) bf16
+    contiguous (MSLK's [num_groups, N] per expert) and zero (E, K/g, N) bf16 zeros (symmetric: z = 0).
+    One expert at a time, so the int16 packing temporaries stay one expert large.
+    """
+    if w_q.dim() != 3 or w_scale.dim() != 3 or w_q.shape[:2] != w_scale.shape[:2]:
+        raise ValueError(f"w_q {tuple(w_q.shape)} and w_scale {tuple(w_scale.shape)} must be (E, N, K) and (E, N, K/group)")
+    e, n, k = w_q.shape
+    packed = torch.empty((e, n, k // 2), dtype=torch.int8, device=w_q.device)
+    for i in range(e):
+        packed[i] = packing.pack_int4(w_q[i]).view(torch.int8)
+    scale = w_scale.to(torch.bfloat16).transpose(1, 2).contiguous()
+    return packed, scale, torch.zeros_like(scale)
+
+
+def preshuffle_experts(packed: torch.Tensor, scale: torch.Tensor, preshuffle) -> torch.Tensor:
+    """MSLK's ``preshuffle_i4`` per expert on copies: the bf16 path reorders its WQ argument in place
+    (CUTLASS reorder_tensor on WQ's storage) and returns it, so the caller's tensor is never handed over."""
+    out = torch.empty_like(packed)
+    for i in range(packed.shape[0]):
+        wq_i, _ = preshuffle(packed[i].clone(), scale[i])
+        out[i].copy_(wq_i)
+    return out
+
+
+def route_grouped(topk_ids: torch.Tensor, experts: int):
+    """(order of the (token, slot) pairs sorted by expert, int64 M_sizes per expert, token of each pair).
+
+    M_sizes counts every expert (zeros included), computed on the device: no host sync."""
+    flat = topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    m_sizes = torch.bincount(flat, minlength=experts).to(torch.int64)
+    return order, m_sizes, order // topk_ids.shape[1]
+
+
+def _moe_grouped_layer(x, topk_ids, topk_weights, out, experts: int, gemm1, gemm2):
+    """A MoE layer around two grouped GEMMs ``gemm(rows, M_sizes) -> (rows, N)`` (rows sorted by expert)."""
+    order, m_sizes, tok = route_grouped(topk_ids, experts)
+    gu = gemm1(x[tok].contiguous(), m_sizes)
+    inter = gu.shape[-1] // 2
+    h = (F.silu(gu[:, :inter].float()) * gu[:, inter:].float()).to(torch.bfloat16)
+    y = gemm2(h.contiguous(), m_sizes).float() * topk_weights.reshape(-1)[order].unsqueeze(-1)
+    acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    acc.index_add_(0, tok, y)
+    out.copy_(acc)
+    return out
+
+
+def _mslk_launch(name: str, op: str, run, prepare, shape: dict, **describe) -> KernelLaunch:
+    return KernelLaunch(name=name, run=run, prepare=prepare, expect_kernels=MSLK_MOE_KERNELS,
+                        describe={"backend": _mslk.backend_name(), "op": f"torch.ops.mslk.{op}", "mslk": _mslk.version(),
+                                  "group_size": int(shape["group_size"]), "expect_kernels_verified": False, **describe})
+
+
+def build_mslk_bf16i4_shuffled_grouped(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """The production bf16 x int4 MoE path: ``bf16i4bf16_shuffled_grouped(X, WQ, w_scale_group,
+    w_zero_group, M_sizes)`` for gate/up and for down, on ``preshuffle_i4`` weights made once (untimed)."""
+    fn = _mslk.op("bf16i4bf16_shuffled_grouped")
+    pre = _mslk.op("preshuffle_i4")
+    experts = int(shape["experts"])
+
+    def prepare(inputs: dict) -> dict:
+        p = {"x": inputs["x"], "topk_ids": inputs["topk_ids"], "topk_weights": inputs["topk_weights"]}
+        for w in ("w1", "w2"):
+            packed, scale, zero = mslk_int4_operands(inputs[f"{w}_q"], inputs[f"{w}_scale"])
+            packed = _mslk.guarded("preshuffle_i4", shape, lambda: preshuffle_experts(packed, scale, pre))
+            p[w] = (packed, scale, zero)
+        return p
+
+    def gemm(w):
+        return lambda rows, m_sizes: _mslk.guarded("bf16i4bf16_shuffled_grouped", shape, lambda: fn(rows, *w, m_sizes))
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        return _moe_grouped_layer(p["x"], p["topk_ids"], p["topk_weights"], out, experts, gemm(p["w1"]), gemm(p["w2"]))
+
+    return _mslk_launch("mslk_bf16i4bf16_shuffled_grouped", "bf16i4bf16_shuffled_grouped", run, prepare, shape,
+                        graph_capturable=True, weights="int4 preshuffled (preshuffle_i4), bf16 group scales, zero points 0")
+
+
+def build_mslk_bf16_grouped_stacked(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """The dense bf16 ceiling: ``bf16bf16bf16_grouped_stacked(X, W, M_sizes)`` on bf16 weights
+    dequantized once in ``prepare`` (4x the int4 weight memory)."""
+    fn = _mslk.op("bf16bf16bf16_grouped_stacked")
+    experts = int(shape["experts"])
+
+    def prepare(inputs: dict) -> dict:
+        w1, w2 = _bf16_weights(inputs)
+        return {"x": inputs["x"], "w1": w1.contiguous(), "w2": w2.contiguous(), "topk_ids": inputs["topk_ids"],
+                "topk_weights": inputs["topk_weights"]}
+
+    def gemm(w):
+        return lambda rows, m_sizes: _mslk.guarded("bf16bf16bf16_grouped_stacked", shape, lambda: fn(rows, w, m_sizes))
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        return _moe_grouped_layer(p["x"], p["topk_ids"], p["topk_weights"], out, experts, gemm(p["w1"]), gemm(p["w2"]))
+
+    return _mslk_launch("mslk_bf16bf16bf16_grouped_stacked", "bf16bf16bf16_grouped_stacked", run, prepare, shape,
+                        graph_capturable=True, weights="bf16 (4x int4 memory)")
+
+
+def pad_by_expert(x: torch.Tensor, topk_ids: torch.Tensor):
+    """Rows of the (token, slot) pairs scattered into a (A, M_max, D) batch, one batch entry per
+    active expert (zero rows past each expert's count). Host syncs: the active experts and M_max."""
+    flat = topk_ids.reshape(-1).long()
+    active = torch.unique(flat)
+    remap = torch.empty(int(flat.max()) + 1 if flat.numel() else 1, dtype=torch.long, device=flat.device)
+    remap[active] = torch.arange(active.numel(), device=flat.device)
+    order = torch.argsort(flat, stable=True)
+    ge = remap[flat[order]]
+    counts = torch.bincount(ge, minlength=active.numel())
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(order.numel(), device=flat.device) - starts[ge]
+    m_max = int(counts.max())
+    xb = torch.zeros((active.numel(), m_max, x.shape[-1]), dtype=x.dtype, device=x.device)
+    tok = order // topk_ids.shape[1]
+    xb[ge, pos] = x[tok]
+    return xb, active, order, ge, pos, tok
+
+
+def build_mslk_bf16i4_rowwise_batched(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """``bf16i4bf16_rowwise_batched(X, WQ, w_scale, w_zp)`` as a MoE layer: each call gathers the active
+    experts' packed int4 weights (one copy of them: the batched op takes one contiguous (B, N, K/2)
+    stack) and pads each expert's rows to the largest count. Scales/zeros are (B * K/group, N)."""
+    fn = _mslk.op("bf16i4bf16_rowwise_batched")
+
+    def prepare(inputs: dict) -> dict:
+        p = {"x": inputs["x"], "topk_ids": inputs["topk_ids"], "topk_weights": inputs["topk_weights"]}
+        for w in ("w1", "w2"):
+            p[w] = mslk_int4_operands(inputs[f"{w}_q"], inputs[f"{w}_scale"])
+        return p
+
+    def bmm(rows, w, active):
+        packed, scale, zero = w
+        n = packed.shape[1]
+        s = scale[active].reshape(-1, n)
+        z = zero[active].reshape(-1, n)
+        return _mslk.guarded("bf16i4bf16_rowwise_batched", shape, lambda: fn(rows, packed[active].contiguous(), s, z))
+
+    def run(p: dict, out: torch.Tensor) -> torch.Tensor:
+        xb, active, order, ge, pos, tok = pad_by_expert(p["x"], p["topk_ids"])
+        gu = bmm(xb, p["w1"], active)
+        inter = gu.shape[-1] // 2
+        h = (F.silu(gu[..., :inter].float()) * gu[..., inter:].float()).to(torch.bfloat16)  # padded rows stay 0
+        y = bmm(h.contiguous(), p["w2"], active)[ge, pos].float() * p["topk_weights"].reshape(-1)[order].unsqueeze(-1)
+        acc = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        acc.index_add_(0, tok, y)
+        out.copy_(acc)
+        return out
+
+    return _mslk_launch("mslk_bf16i4bf16_rowwise_batched", "bf16i4bf16_rowwise_batched", run, prepare, shape,
+                        graph_capturable=False, weights="int4 packed (not shuffled), gathered per call for the active experts")
+

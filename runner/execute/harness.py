@@ -11,8 +11,11 @@ Phases per item (each a child process, see isolate.py):
      (profiler names), then same-session interleaved timing with an A/A copy of the reference;
      the port is untrusted code: inputs checksummed around every call, new input content on every
      timed visit with randomly sampled outputs checked, timed rounds profiled in place (worker.py).
-  C. here: physical-limit check, choice of the reference the speedup is against (the baseline if
-     it is oracle-correct, else an oracle-correct alternative, said in ``timing.versus``), verdict.
+  C. here: physical-limit check, then the verdict on two axes (skillrun.verdict.decide): every
+     reference's parity and its speed against the port (faster / slower / within the A/A noise),
+     recorded per reference in ``references``; the headline ``speedup`` is against the first timed
+     oracle-correct reference (baseline first), else against the first timed one, which
+     ``timing.versus`` and ``verdict_text`` then say fails the oracle.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from skillrun.models import Plan, PlanItem
 from skillrun.plan import projected_gain_pct
 from skillrun.refs import module_file, split_ref
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now, write_artifact
+from skillrun.verdict import PortOutcome, RefOutcome, decide
 
 
 @dataclass
@@ -273,6 +277,10 @@ def _tail(res: dict[str, Any]) -> str:
     return " | " + " / ".join(lines[-3:])[:600]
 
 
+# The worker reports a builder's exception as "<Type>: <text>"; these types mean "library not importable".
+UNAVAILABLE_PREFIXES = ("ReferenceUnavailable:", "ModuleNotFoundError:", "ImportError:")
+
+
 def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, shape: dict) -> dict[str, Any]:
     if not ref:
         return {"status": "missing", "role": role, "name": name,
@@ -283,7 +291,12 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
             "tolerance": ctx.tol}
     res = ctx.run(task, ctx.item.backend)
     res["name"], res["ref"], res["role"] = name, ref, role
-    if res["status"] == "error":
+    if res["status"] == "error" and role != "port" and str(res.get("error") or "").startswith(UNAVAILABLE_PREFIXES):
+        # The reference's library is not importable here (kernels/protocol.py ReferenceUnavailable, or
+        # a plain ImportError from its builder): recorded as unavailable, never replaced by another kernel.
+        res["status"] = "unavailable"
+        res["parity"] = {"passed": False, "supported": False, "error": f"unavailable: {res['error']}"}
+    elif res["status"] == "error":
         res["parity"] = {"passed": False, "supported": True, "error": (res.get("error") or "failed") + _tail(res)}
     return res
 
@@ -323,21 +336,26 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         label = "baseline" if r["role"] == "baseline" else f"alternative {r['name']}"
         if r["status"] == "unsupported":
             ctx.notes.append(f"{label} ({r['ref']}) does not support this shape: {r['parity'].get('error')}")
+        elif r["status"] == "unavailable":
+            ctx.notes.append(f"{label} ({r['ref']}) is unavailable here: {r['parity'].get('error')}")
         elif r["status"] == "ok" and not r["parity"]["passed"]:
             ctx.notes.append(f"{label} ({r['ref']}) FAILS the fp32 oracle: {r['parity'].get('error', '')[:300]}")
 
     if port["status"] == "unsupported":
         rec.update(verdict="skipped", reason=f"the port does not support this shape: {port['parity'].get('error')}")
+        _two_axis(ctx, rec, port, base, alts)
         return
     if port.get("input_error"):  # the problem's inputs, not the port, are at fault
         rec.update(verdict="error", reason=str(port.get("error"))[:800])
         return
     if port["status"] != "ok":
         rec.update(verdict="error", reason=f"port failed to build/run: {rec['parity']['port'].get('error')}")
+        _two_axis(ctx, rec, port, base, alts)
         return
     if not port["parity"]["passed"]:
         what = "port wrote to its inputs" if port["parity"].get("input_mutation") else "port fails the fp32 oracle"
         rec.update(verdict="parity_failed", reason=f"{what}: {port['parity'].get('error', '')[:500]}")
+        _two_axis(ctx, rec, port, base, alts)
         return
 
     # B. session: integrity + timing on every candidate that built.
@@ -351,7 +369,9 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
                  + [{"slot": slot, "ref": r["ref"], "config": {}, "isolated_parity": bool(r["parity"]["passed"])}
                     for slot, r in in_session],
-        "aa_slot": correct[0] if correct else None,
+        # A/A noise is about timing, not correctness: an oracle-correct reference when there is one,
+        # else any reference that runs, else the port itself, so every timed ratio gets a noise floor.
+        "aa_slot": correct[0] if correct else (in_session[0][0] if in_session else "port"),
         "profile_launches": opts.profile_launches if be.gpu else 1,
         "timing": {"timer": timer, "rounds": opts.rounds, "warmup": opts.warmup, "cold_l2": opts.cold_l2,
                    "check_timed": opts.check_timed, "observe_rounds": opts.observe_rounds,
@@ -361,6 +381,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     ses = ctx.run(task, rec["recipe"]["backend"])
     if ses["status"] != "ok":
         rec.update(verdict="error", reason=f"integrity/timing session failed: {ses.get('error')}{_tail(ses)}")
+        _two_axis(ctx, rec, port, base, alts, problem="the integrity/timing session failed")
         return
     ctx.notes.extend(ses.get("notes") or [])
 
@@ -373,6 +394,8 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
             rec["timing"] = _timing_block(ses)[0]
             rec["timing"]["versus"] = "none: slot integrity failed, timings not comparable"
         rec.update(speedup=None, verdict="error", reason="slot integrity failed: " + "; ".join(g["reason"] for g in bad)[:800])
+        _two_axis(ctx, rec, port, base, alts, problem="slot integrity failed (" + ", ".join(
+            k for k, g in gates.items() if k in ("port", "aliasing") and not g["passed"]) + ")")
         return
 
     if "timing" not in ses:
@@ -381,6 +404,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         rec.update(verdict="cpu_numerics_passed",
                    reason=f"port matches the fp32 oracle on {len(rec['seeds'])} seeds at the proxy shape; "
                           "integrity checked on host ops; no GPU timing was possible")
+        _two_axis(ctx, rec, port, base, alts)
         return
     _timing(ctx, rec, ses, base, alts, shape, port)
 
@@ -443,44 +467,37 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
                    reason=f"measurement error: port min {stats['port']['min']:.6g} ms is below the physical floor "
                           f"{rec['physical_limit']['floor_ms']:.6g} ms ({peak.name}: {rec['physical_limit']['peak_tflops']:g} TF, "
                           f"{peak.gbps:g} GB/s); the timing cannot be real")
+        _two_axis(ctx, rec, port, base, alts, stats=stats, noise_pct=noise_pct, limit_ok=limit_ok,
+                  problem="its time is below the physical floor (measurement error)")
         return
     post = ses.get("post_timing_parity")
     if post is not None and not post.get("passed"):
         rec.update(speedup=None, verdict="parity_failed",
                    reason=f"port passed isolated parity but failed after the timed rounds (race?): {post.get('error')}")
+        _two_axis(ctx, rec, port, base, alts, stats=stats, noise_pct=noise_pct, limit_ok=limit_ok,
+                  problem="it failed parity after the timed rounds (race?)", problem_verdict="parity_failed")
         return
 
-    # The reference: the baseline when oracle-correct and proven, else the first such alternative.
-    chosen, rejected = None, []
-    for slot, r in [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]:
-        label = "baseline" if slot == "baseline" else f"alternative {r['name']}"
-        if r["status"] == "missing":
-            rejected.append(f"{label}: not named by the card for {be.kind}")
-        elif r["status"] == "unsupported":
-            rejected.append(f"{label} ({r['ref']}): does not support this shape")
-        elif r["status"] != "ok":
-            rejected.append(f"{label} ({r['ref']}): failed to run")
-        elif not r["parity"]["passed"]:
-            rejected.append(f"{label} ({r['ref']}): fails the fp32 oracle (rel_fro {r['parity'].get('rel_fro', float('nan')):.3g})")
-        elif slot not in stats:
-            rejected.append(f"{label}: not timed")
-        elif not rec["slot_integrity"].get(slot, {}).get("passed", False):
-            rejected.append(f"{label}: slot integrity failed ({rec['slot_integrity'].get(slot, {}).get('reason', 'not checked')})")
-        elif not limit_ok.get(slot, True):
-            rejected.append(f"{label}: its time is below the physical floor (measurement error)")
-        else:
-            chosen = (slot, label, r)
-            break
-    if chosen is None:
-        rec.update(speedup=None, verdict="skipped",
-                   reason="port is oracle-correct and timed, but no oracle-correct reference exists to compare against: "
-                          + "; ".join(rejected))
-        timing["versus"] = "none: " + "; ".join(rejected)
+    dec = _two_axis(ctx, rec, port, base, alts, stats=stats, noise_pct=noise_pct, limit_ok=limit_ok)
+
+    slot_of = {e["name"]: e["slot"] for e in rec["references"]}
+    rejected = [f"{e['name']} ({e['kernel']}): " + _why_rejected(e) for e in rec["references"]
+                if e["name"] != dec.primary and (e["status"] != "ok" or not e["parity"].get("passed") or e.get("timing_note"))]
+    if dec.primary is None:
+        rec.update(speedup=None, verdict=dec.verdict,
+                   reason="port is oracle-correct and timed, but no reference could be timed against it: "
+                          + ("; ".join(rejected) or dec.text))
+        timing["versus"] = "none: " + ("; ".join(rejected) or dec.text)
         return
-    slot, label, r = chosen
-    timing["versus"] = f"{label} ({r['ref']})" + (f"; instead of {'; '.join(rejected)}" if rejected else "")
-    if rejected:
-        ctx.notes.append("speedup is NOT against the baseline: " + "; ".join(rejected))
+    slot = slot_of[dec.primary]
+    r = base if slot == "baseline" else next(a for a in alts if f"alt:{a['name']}" == slot)
+    label = "baseline" if slot == "baseline" else f"alternative {r['name']}"
+    primary_fails = not r["parity"].get("passed")
+    timing["versus"] = (f"{label} ({r['ref']})" + ("; it fails the fp32 oracle (no oracle-correct reference was timed)" if primary_fails else "")
+                        + (f"; instead of {'; '.join(x for x in rejected if not x.startswith(dec.primary + ' '))}"
+                           if slot != "baseline" and rejected else ""))
+    if slot != "baseline":
+        ctx.notes.append("speedup is NOT against the baseline: " + ("; ".join(rejected) or "the baseline could not be timed"))
     if aa_slot and aa_slot != slot:
         ctx.notes.append(f"the A/A noise floor was measured on {aa_slot}, not on the reference used ({slot})")
     s = stats[slot]["median"] / p_med
@@ -491,16 +508,87 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
         rec.update(verdict="cpu_numerics_passed",
                    reason=f"port matches the oracle; timed on the CPU with {t['method']} (not GPU evidence): {s:.3f}x vs {label}")
         return
-    noise = (noise_pct or 0.0) / 100.0
-    floor_txt = f"A/A noise {noise_pct:.2f}%" if noise_pct is not None else "no A/A noise floor"
-    if s > 1.0 + noise:
-        expect = ctx.card.data["expects"]["isolated_speedup_min"]
-        rec.update(verdict="validated",
-                   reason=f"port matches the fp32 oracle and is {s:.3f}x vs {label} (median of {stats['port']['samples']} "
-                          f"interleaved rounds; {floor_txt})")
-        if s < expect:
-            ctx.notes.append(f"speedup {s:.3f}x is below the card's isolated_speedup_min {expect}")
-    elif s >= 1.0 - noise:
-        rec.update(verdict="slower", reason=f"no measurable win: {s:.3f}x vs {label} is within the {floor_txt}")
-    else:
-        rec.update(verdict="slower", reason=f"port is slower: {s:.3f}x vs {label} ({floor_txt})")
+    rec.update(verdict=dec.verdict, reason=f"{dec.text} (medians of {stats['port']['samples']} interleaved rounds)")
+    expect = ctx.card.data["expects"]["isolated_speedup_min"]
+    if dec.verdict == "validated" and s < expect:
+        ctx.notes.append(f"speedup {s:.3f}x is below the card's isolated_speedup_min {expect}")
+
+
+def _why_rejected(entry: dict[str, Any]) -> str:
+    if entry.get("timing_note") and entry["status"] == "ok" and entry["parity"].get("passed"):
+        return entry["timing_note"]
+    if entry["status"] == "unsupported":
+        return "does not support this shape"
+    if entry["status"] == "unavailable":
+        return "unavailable (library not importable)"
+    if entry["status"] != "ok":
+        return "failed to run"
+    rel = entry["parity"].get("rel_fro")
+    return "fails the fp32 oracle" + (f" (rel_fro {rel:.3g})" if isinstance(rel, (int, float)) else "")
+
+
+def _parity_summary(p: dict[str, Any]) -> dict[str, Any]:
+    """The per-reference parity numbers a reviewer reads first (the full block stays in ``parity``)."""
+    out: dict[str, Any] = {"passed": bool(p.get("passed"))}
+    for k in ("rel_fro", "mismatched", "max_abs_err", "cosine"):
+        if isinstance(p.get(k), (int, float)):
+            out[k] = p[k]
+    seeds = [x for x in p.get("seeds") or [] if isinstance(x, dict) and isinstance(x.get("elements"), int)]
+    if seeds:
+        out["elements"] = sum(x["elements"] for x in seeds)  # summed like ``mismatched``
+    return out
+
+
+def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list[dict], *, stats: dict | None = None,
+              noise_pct: float | None = None, limit_ok: dict | None = None, problem: str | None = None,
+              problem_verdict: str = "error"):
+    """The per-reference block and ``verdict_text`` (skillrun.verdict.decide); returns the Decision.
+
+    Every reference the card names for this backend gets an entry, whatever happened to it; a
+    reference that fails the oracle is still timed and labelled."""
+    card_refs = ctx.card.references
+    base_name = (card_refs.get("baseline_names") or {}).get(ctx.be.kind) or "baseline"
+    production = set(card_refs.get("production") or [])
+    gates = rec.get("slot_integrity") or {}
+    rows = []
+    for slot, r in [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]:
+        if r["status"] == "missing":
+            continue
+        name = base_name if slot == "baseline" else r["name"]
+        status = r["status"] if r["status"] in ("ok", "unsupported", "unavailable") else "error"
+        median = stats[slot]["median"] if stats and slot in stats else None
+        why = None
+        if median is not None and slot in gates and not gates[slot].get("passed", False):
+            why = f"its slot integrity failed ({gates[slot].get('reason', 'not checked')})"
+        elif median is not None and limit_ok is not None and not limit_ok.get(slot, True):
+            why = "its time is below the physical floor (measurement error)"
+        elif median is None and status == "ok":
+            why = "not timed"
+        rows.append((slot, r, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
+                                         parity_passed=bool((r.get("parity") or {}).get("passed")) if status == "ok" else None,
+                                         median_ms=median, comparable=why is None, why_not_comparable=why,
+                                         error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
+    p_ok = port["status"] == "ok"
+    pout = PortOutcome(status=port["status"] if port["status"] in ("ok", "unsupported") else "error",
+                       parity_passed=bool((port.get("parity") or {}).get("passed")) if p_ok else None,
+                       median_ms=stats["port"]["median"] if stats and "port" in stats else None,
+                       problem=problem, problem_verdict=problem_verdict,
+                       error=None if p_ok else (port.get("parity") or {}).get("error"))
+    timer = (rec.get("timing") or {}).get("method")
+    dec = decide(pout, [o for _, _, o in rows], noise_pct, gpu=ctx.be.gpu, timer=timer)
+    entries = []
+    for slot, r, o in rows:
+        sp = dec.speeds[o.name]
+        entries.append({
+            "name": o.name, "role": o.role, "production": o.production, "kernel": r.get("ref"), "slot": slot,
+            "status": o.status, "error": (str(o.error)[:1000] if o.error else None) if o.status != "ok" else None,
+            "parity": _parity_summary(r.get("parity") or {}) if o.status == "ok" else {"passed": False},
+            "median_ms": round(o.median_ms, 6) if o.median_ms is not None else None,
+            "speedup": sp.speedup, "noise_pct": round(noise_pct, 3) if noise_pct is not None and sp.speedup is not None else None,
+            "speed": sp.speed,
+        })
+        if o.why_not_comparable and o.median_ms is not None:
+            entries[-1]["timing_note"] = o.why_not_comparable
+    rec["references"] = entries
+    rec["verdict_text"] = dec.text
+    return dec

@@ -50,6 +50,26 @@ def _err(errors: list[SkillRunError], card_or_path, field: str, reason: str) -> 
     errors.append(SkillRunError(reason, path=str(path), field=field))
 
 
+def _lint_reference_names(errors: list[SkillRunError], card: SkillCard, refs: dict) -> None:
+    """Reference names are what artifacts' ``references`` entries and verdict texts are keyed by:
+    unique per device, and every ``production`` name must be one of them."""
+    bnames = refs.get("baseline_names") or {}
+    for dev in sorted(set(bnames) - set(refs["baseline"])):
+        _err(errors, card, f"references.baseline_names.{dev}", f"names a {dev} baseline, but references.baseline has no {dev} entry")
+    alts = refs.get("alternatives") or []
+    known = set(bnames.values()) | {a["name"] for a in alts}
+    if any(dev not in bnames for dev in refs["baseline"]):
+        known.add("baseline")
+    for dev in ("cuda", "rocm", "cpu"):
+        here = ([bnames.get(dev, "baseline")] if dev in refs["baseline"] else []) + \
+               [a["name"] for a in alts if a.get("device") in (None, dev)]
+        for dup in sorted({n for n in here if here.count(n) > 1}):
+            _err(errors, card, "references", f"reference name {dup!r} is used twice on {dev}")
+    for i, name in enumerate(refs.get("production") or []):
+        if name not in known:
+            _err(errors, card, f"references.production.{i}", f"{name!r} is not a reference of this card (known: {sorted(known)})")
+
+
 def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list[SkillRunError]:
     """Every problem of one card. ``evidence=False`` leaves out the check that the files listed
     under ``validation.artifacts`` exist: those live outside the card (an installed wheel ships
@@ -74,6 +94,7 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
         why = check_ref(ref)
         if why:
             _err(errors, card, field_name, why)
+    _lint_reference_names(errors, card, refs)
 
     names = [r.name for r in card.recipes]
     for dup in {n for n in names if names.count(n) > 1}:

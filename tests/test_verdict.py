@@ -1,0 +1,150 @@
+"""The two-axis verdict (skillrun.verdict.decide) on recorded numbers: every combination of
+port pass/fail x baseline pass/fail x faster/slower/within noise, plus references that could not run."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from skillrun.verdict import PortOutcome, RefOutcome, decide, speed_label
+
+PORT_MS = 0.100
+NOISE = 2.0  # percent
+# reference median for each speed class (port 0.100 ms): 1.25x, 0.80x, 1.01x
+REF_MS = {"faster": 0.125, "slower": 0.080, "within_noise": 0.101}
+
+
+def _base(passed: bool, speed: str, **kw) -> RefOutcome:
+    return RefOutcome(name="mslk_rowwise_batched", role="baseline", production=True, status="ok",
+                      parity_passed=passed, median_ms=REF_MS[speed], **kw)
+
+
+@pytest.mark.parametrize("port_ok,base_ok,speed", list(itertools.product([True, False], [True, False], list(REF_MS))))
+def test_every_combination_of_port_parity_baseline_parity_and_speed(port_ok, base_ok, speed):
+    port = PortOutcome(status="ok", parity_passed=port_ok, median_ms=PORT_MS)
+    d = decide(port, [_base(base_ok, speed)], NOISE)
+    sp = d.speeds["mslk_rowwise_batched"]
+    assert sp.speed == speed  # the label never depends on either parity
+    assert sp.speedup == pytest.approx(REF_MS[speed] / PORT_MS, rel=1e-3)
+    if not port_ok:
+        assert d.verdict == "parity_failed" and d.primary is None and d.speedup is None
+        assert d.text.startswith("port fails the oracle")
+        assert ("mslk_rowwise_batched passes the oracle" in d.text) == base_ok
+        assert ("mslk_rowwise_batched fails the oracle" in d.text) == (not base_ok)
+        return
+    assert d.primary == "mslk_rowwise_batched" and d.speedup == sp.speedup
+    assert d.verdict == {"faster": "validated", "slower": "slower", "within_noise": "within_noise"}[speed]
+    lead = {"faster": "faster than", "slower": "slower than", "within_noise": "within noise of"}[speed]
+    assert d.text.startswith(f"{lead} mslk_rowwise_batched (")
+    assert "A/A noise 2.0%" in d.text
+    if base_ok:
+        assert "fails the oracle" not in d.text and "only oracle-correct" not in d.text
+    elif speed == "slower":
+        assert "but the only oracle-correct kernel" in d.text
+    else:
+        assert "and mslk_rowwise_batched fails the oracle" in d.text
+
+
+def test_a_ratio_inside_the_noise_floor_is_never_faster_or_slower():
+    assert speed_label(1.019, 2.0) == "within_noise"
+    assert speed_label(0.981, 2.0) == "within_noise"
+    assert speed_label(1.021, 2.0) == "faster"
+    assert speed_label(0.979, 2.0) == "slower"
+    # a bigger floor swallows a bigger ratio
+    assert speed_label(1.08, 10.0) == "within_noise"
+    assert speed_label(None, 2.0) == "not_timed"
+
+
+def test_failing_baseline_with_a_correct_alternative_puts_the_correct_one_first_and_still_reports_both():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [_base(False, "faster"), RefOutcome("scaled_mm_loop", parity_passed=True, median_ms=0.4)]
+    d = decide(port, refs, NOISE)
+    assert d.primary == "scaled_mm_loop" and d.verdict == "validated" and d.speedup == pytest.approx(4.0)
+    assert d.text.startswith("faster than scaled_mm_loop (4x")
+    assert "vs mslk_rowwise_batched (production) 1.25x (faster), which fails the oracle" in d.text
+
+
+@pytest.mark.parametrize("status,word", [("unavailable", "unavailable"), ("unsupported", "unsupported for this shape"),
+                                         ("error", "failed to run")])
+def test_reference_that_could_not_run_is_named_with_its_error_and_the_next_one_leads(status, word):
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("mslk_rowwise_batched", role="baseline", production=True, status=status,
+                       error="ModuleNotFoundError: No module named 'mslk'"),
+            RefOutcome("scaled_mm_loop", parity_passed=False, median_ms=0.3)]
+    d = decide(port, refs, NOISE)
+    assert d.speeds["mslk_rowwise_batched"].speed == "not_timed" and d.speeds["mslk_rowwise_batched"].speedup is None
+    assert d.primary == "scaled_mm_loop" and d.verdict == "validated"
+    assert f"mslk_rowwise_batched (production) {word} (ModuleNotFoundError: No module named 'mslk')" in d.text
+    assert "scaled_mm_loop fails the oracle" in d.text
+
+
+def test_no_reference_runs_at_all_is_skipped_on_a_gpu_and_says_why():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("mslk_bf16i4_shuffled_grouped", role="baseline", production=True, status="unsupported",
+                       error="unsupported shape: cutlass cannot implement")]
+    d = decide(port, refs, NOISE)
+    assert d.verdict == "skipped" and d.primary is None and d.speedup is None
+    assert "no reference could be timed" in d.text and "cutlass cannot implement" in d.text
+
+
+def test_untimed_cpu_run_is_cpu_numerics_and_every_reference_not_timed():
+    port = PortOutcome(parity_passed=True)
+    d = decide(port, [RefOutcome("b", role="baseline", parity_passed=True)], None, gpu=False)
+    assert d.verdict == "cpu_numerics_passed" and d.speeds["b"].speed == "not_timed"
+    assert "no GPU timing" in d.text
+
+
+def test_host_timing_labels_speeds_but_never_claims_gpu_evidence():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    d = decide(port, [_base(True, "faster")], NOISE, gpu=False, timer="wall")
+    assert d.verdict == "cpu_numerics_passed" and d.speeds["mslk_rowwise_batched"].speed == "faster"
+    assert "not GPU evidence" in d.text
+
+
+def test_a_problem_after_parity_claims_no_speed():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS, problem="slot integrity failed (port)")
+    d = decide(port, [_base(True, "faster")], NOISE)
+    assert d.verdict == "error" and d.speedup is None
+    assert all(s.speed == "not_timed" for s in d.speeds.values())
+    race = decide(PortOutcome(parity_passed=True, median_ms=PORT_MS, problem="it failed parity after the timed rounds",
+                              problem_verdict="parity_failed"), [], NOISE)
+    assert race.verdict == "parity_failed"
+
+
+def test_unsupported_or_broken_port():
+    assert decide(PortOutcome(status="unsupported", error="M=0"), [], None).verdict == "skipped"
+    assert decide(PortOutcome(status="error", error="boom"), [], None).verdict == "error"
+
+
+def test_a_reference_whose_slot_is_not_proven_is_not_evidence():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    ref = RefOutcome("loop", role="baseline", parity_passed=True, median_ms=0.5, comparable=False,
+                     why_not_comparable="its slot integrity failed (foreign kernel)")
+    d = decide(port, [ref], NOISE)
+    assert d.speeds["loop"].speed == "not_timed" and d.verdict == "skipped"
+    assert "foreign kernel" in d.text
+
+
+def test_without_a_noise_floor_the_text_says_so():
+    d = decide(PortOutcome(parity_passed=True, median_ms=PORT_MS), [_base(True, "faster")], None)
+    assert "no A/A noise floor measured" in d.text and d.verdict == "validated"
+
+
+def test_unknown_reference_status_is_rejected():
+    with pytest.raises(ValueError, match="unknown status"):
+        decide(PortOutcome(parity_passed=True), [RefOutcome("x", status="missing")], None)
+
+
+def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
+    from skillrun.report import COLUMNS, _row, production_text
+
+    rec = {"verdict": "validated", "verdict_text": "faster than mslk (1.21x, A/A noise 2.1%), and mslk fails the oracle",
+           "references": [
+               {"name": "mslk", "role": "baseline", "production": True, "status": "ok", "parity": {"passed": False},
+                "speedup": 1.21, "speed": "faster"},
+               {"name": "mslk_pad16", "role": "alternative", "production": True, "status": "unsupported", "speed": "not_timed"},
+               {"name": "loop", "role": "alternative", "production": False, "status": "ok", "parity": {"passed": True},
+                "speedup": 7.6, "speed": "faster"}]}
+    assert production_text(rec) == "mslk: 1.210x faster, FAILS oracle; mslk_pad16: unsupported"
+    assert production_text({"verdict": "validated"}) == "—"  # artifacts from before issue 11
+    assert len(_row(rec)) == len(COLUMNS) and "vs production" in COLUMNS
