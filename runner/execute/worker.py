@@ -152,7 +152,10 @@ def session(task: dict) -> dict:
         launches[s["slot"]] = launch
         res["slots"][s["slot"]] = {**_describe(launch), "build_s": round(build_s, 4), "ref": s["ref"]}
     port = task["port_slot"]
-    refs = [n for n in launches if n != port]
+    # Peers (the tuner's candidates) run the port's own kernel with other configs: they are checked
+    # like the port (against the references), never against each other or the port.
+    peers = [n for n in task.get("peers") or [] if n in launches and n != port]
+    refs = [n for n in launches if n != port and n not in peers]
 
     # Input sets: one for the checks, more when rotating to keep operands out of L2.
     timer = timing.make_timer(tcfg.get("timer"), device)
@@ -184,6 +187,13 @@ def session(task: dict) -> dict:
         others[f"{n} output"] = ref_outs[n]
         others[f"{n} operands"] = prepared0[n]
     res["aliasing"] = integrity.aliasing_gate(port_out, others)
+    if peers:
+        res["peer_aliasing"] = {}
+        for n in peers:
+            parity.poison(outs0[n])
+            peer_out = _run_once(launches[n], prepared0[n], outs0[n], sync)
+            res["peer_aliasing"][n] = integrity.aliasing_gate(peer_out, {**others, "port output": port_out})
+            del peer_out
     del ref_outs, port_out
 
     # 2. which kernels ran: a profiled sample of each slot's launches (already warm).
@@ -199,7 +209,7 @@ def session(task: dict) -> dict:
         except Exception as exc:  # a profiler failure must not pass as "proven"
             res["slots"][n]["integrity"] = {"name": f"slot_integrity:{n}", "passed": False, "reason": f"profiler failed: {exc}"}
             continue
-        vs = [port] if n != port else refs
+        vs = refs if (n == port or n in peers) else [port, *peers]
         if use_device:
             gate = integrity.evaluate_names(n, regex[n]["device"], {k: regex[k]["device"] for k in vs}, dev_names, device=True)
         else:
@@ -254,7 +264,14 @@ def session(task: dict) -> dict:
         # Re-check the port after the timed storm: a race shows up here, not in a single launch.
         parity.poison(outs[port][0])
         again = _run_once(launches[port], prepared[port][0], outs[port][0], sync)
-        res["post_timing_parity"] = parity.compare(again, problem.oracle(first).float(), parity.tolerance_of(task.get("tolerance")))
+        want = problem.oracle(first).float()
+        res["post_timing_parity"] = parity.compare(again, want, parity.tolerance_of(task.get("tolerance")))
+        if peers:
+            res["post_timing_parity_peers"] = {}
+            for n in peers:
+                parity.poison(outs[n][0])
+                again = _run_once(launches[n], prepared[n][0], outs[n][0], sync)
+                res["post_timing_parity_peers"][n] = parity.compare(again, want, parity.tolerance_of(task.get("tolerance")))
     return res
 
 

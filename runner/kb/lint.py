@@ -12,10 +12,12 @@ from skillrun.errors import SkillRunError
 from skillrun.kb import expr
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
+from skillrun.kb.tunable import lint_tunable
 from skillrun.models import DEVICE_KEYS, SHAPE_KEYS
 from skillrun.names import MAX_NAME_LEN
 from skillrun.refs import check_module, check_ref
 from skillrun.select import select_recipe
+from skillrun.tune.artifact import is_tuning_artifact, load_tuning_artifact
 
 # Inputs that make backtracking regexes explode ((a+)+b style): long runs of kernel-name characters
 # with no terminating match. A sound card regex handles each in well under a millisecond.
@@ -155,6 +157,7 @@ def lint_card(card: SkillCard, index: SkillIndex) -> list[SkillRunError]:
     for i, art in enumerate(card.data.get("validation", {}).get("artifacts", []) or []):
         if not (index.root / art).exists():
             _err(errors, card, f"validation.artifacts.{i}", f"artifact {art!r} does not exist")
+    errors += lint_tunable(card)
     return errors
 
 
@@ -174,6 +177,9 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
         for path in sorted(vdir.rglob("*.yaml")):
             n_art += 1
             try:
+                if is_tuning_artifact(path, vdir):
+                    load_tuning_artifact(path)
+                    continue
                 load_artifact(path)
             except SkillRunError as exc:
                 rep.errors.append(exc)

@@ -1,0 +1,83 @@
+"""A tunable toy port for the tuner tests, with one seeded tuner defect per config, and a fake timer.
+
+``tile`` picks the behaviour (the incumbent recipe uses 16):
+
+====  =====================================================================
+tile  what the candidate does
+====  =====================================================================
+16    correct, cost 1.0 (the incumbent)
+32    correct, cost 0.99: wins only by noise (the fake A/A floor is ~2.9%)
+64    correct, cost 0.70: the real winner
+8     cost 0.2 but 5% off: fast and wrong (must fail parity, never win)
+48    raises at build time (must be kept as "raised", never a loss)
+128   kills the worker running it (SKILLRUN_LANE_PID) -> "worker_died"
+====  =====================================================================
+
+The fake timer reports the cost the last launch declared: timing decisions become deterministic,
+and no test depends on how fast this machine is.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from defects.kernels import _honest, _port
+
+CONFIG_SCHEMA = {"type": "object", "additionalProperties": False,
+                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 128]}}}
+COST = {"16": 1.0, "32": 0.99, "64": 0.7, "8": 0.2}
+LAST = {"ms": 1.0}
+
+
+def build(shape: dict, config: dict, device: str):
+    tile = int((config or {}).get("tile", 16))
+    if tile == 48:
+        raise ValueError("tile=48 does not divide the warp layout (seeded: a candidate that raises)")
+    if tile == 128:
+        pid = os.environ.get("SKILLRUN_LANE_PID")
+        if not pid:
+            raise RuntimeError("tile=128 kills its worker, and there is none here")
+        os.kill(int(pid), signal.SIGKILL)  # seeded: the worker process dies under this candidate
+        os._exit(3)
+    cost = COST.get(str(tile), 1.2)
+    wrong = tile == 8
+
+    def body(p, out):
+        res = _honest(p["a"], p["b"])
+        out.copy_(res * 1.05 if wrong else res)
+        LAST["ms"] = cost
+        return out
+
+    return _port(f"tunable_t{tile}", body)
+
+
+class FakeTimer:
+    """Each launch "takes" its kernel's declared cost; the A/A copy reads 6% slow every other round.
+
+    The harness times a round in slot order, reversed every other round, after one sync for the
+    warm-up; the second launch of the same callable inside a round is the A/A copy exactly in the
+    rounds with natural order (odd sync count), so only the copy is inflated there.
+    """
+
+    method = "fake timer (tests): each launch reports its kernel's declared cost"
+
+    def __init__(self) -> None:
+        self.syncs = 0
+        self.seen: set[int] = set()
+
+    def measure(self, fn):
+        LAST["ms"] = 1.0  # a kernel that declares no cost (the baseline) "takes" 1.0
+        fn()
+        ms = LAST["ms"]
+        if id(fn) in self.seen and self.syncs % 2 == 1:
+            ms *= 1.06
+        self.seen.add(id(fn))
+        return lambda: ms
+
+    def sync(self) -> None:
+        self.syncs += 1
+        self.seen = set()
+
+
+def fake(device: str) -> FakeTimer:
+    return FakeTimer()
