@@ -488,3 +488,27 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
         except (OSError, subprocess.SubprocessError) as exc:  # tool missing: report what we have
             facts["cuobjdump_error"] = str(exc)
     return facts
+
+
+# What a recipe's config may hold: Config's fields (read without import by `skill-run lint`, which
+# checks a card's `tunable:` space and `ablations:` against it; Config.check adds the joint rules).
+CONFIG_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "BM": {"type": "integer", "enum": [16, 32, 64, 128, 256]},
+        "BN": {"type": "integer", "enum": [32, 64, 128, 256]},
+        "NSUB": {"type": "integer", "enum": [1, 2]},
+        "num_warps": {"type": "integer", "enum": [4, 8]},
+        "stages": {"type": "integer", "minimum": 2, "maximum": 8},
+        "persistent": {"type": "boolean"},
+        "pair": {"type": "boolean"},
+        "ws": {"type": "boolean"},
+        "flatten": {"type": "boolean"},
+        "tma": {"type": "boolean"},
+        "diag_nopromote": {"type": "boolean"},
+        "group_m": {"type": "integer", "minimum": 1, "maximum": 64},
+        "split_k": {"type": "integer", "minimum": 1, "maximum": 16},
+        "ctas_per_sm": {"type": "integer", "minimum": 1, "maximum": 4},
+    },
+}

@@ -282,3 +282,21 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         expect_kernels=EXPECT_KERNELS,
         describe={"backend": "triton", "config": {**cfg, "w_layout": layout}, "tuned": tuned},
     )
+
+
+# What a recipe's config may hold (read without importing this module by `skill-run lint`, which
+# checks every value of a card's `tunable:` space and `ablations:` against it).
+CONFIG_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "BLOCK_M": {"type": "integer", "enum": [16, 32, 64, 128, 256]},
+        "BLOCK_N": {"type": "integer", "enum": [32, 64, 128, 256]},
+        "BLOCK_K": {"type": "integer", "enum": [64, 128, 256, 512]},
+        "GROUP_M": {"type": "integer", "minimum": 1, "maximum": 64},
+        "num_warps": {"type": "integer", "enum": [4, 8]},
+        "num_stages": {"type": "integer", "minimum": 2, "maximum": 6},
+        "precise_acc": {"type": ["integer", "null"], "minimum": 1},
+        "w_layout": {"enum": ["nk", "kn"]},
+    },
+}
