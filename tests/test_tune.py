@@ -28,7 +28,7 @@ ALL = [8, 16, 32, 48, 64, 128]
 def tunable_card(card_id: str, tiles: list[int], when: str = "M >= 100000") -> dict:
     c = card(card_id, "defects.tunable:build")
     r = c["recipes"][0]
-    r.update(when=when, config={"tile": 16}, lever="tile: 64 -> 16 (test claim)",
+    r.update(when=when, config={"tile": 16}, lever="tile: 16 -> 64 is load-bearing (test claim)",
              tunable={"space": {"tile": tiles}})
     r["ablations"] = [{"set": {"tile": 32}, "expect": "not_load_bearing", "claim": "tile 32 is a no-op"}]
     return c
@@ -51,3 +51,124 @@ def run_tune(index, card_id, **kw):
 
 def statuses(rec) -> dict:
     return {c["config"].get("tile"): c["status"] for c in rec["candidates"] if c["role"] == "candidate"}
+
+
+# ---------------------------------------------------------------------------------------- seeded defects
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """One sweep over every seeded defect with two local workers (one is killed by a candidate)."""
+    index = _kb(tmp_path_factory.mktemp("tune"), [tunable_card("toy_tune", ALL)])
+    rec = run_tune(index, "toy_tune", timer=TIMER, workers=2, apply=True)
+    return index, rec
+
+
+def test_every_defect_is_kept_with_its_reason_and_none_counts_as_a_loss(swept):
+    _, rec = swept
+    st = statuses(rec)
+    assert st[8] == "parity_failed"  # fast (cost 0.2) but wrong: never timed, never the winner
+    assert st[48] == "raised" and "seeded: a candidate that raises" in _row(rec, 48)["reason"]
+    assert st[128] == "worker_died" and "rebuilt" in _row(rec, 128)["reason"]
+    assert st[64] == "survivor" and st[32] == "survivor"
+    assert rec["workers"]["engine"] == "local" and len(rec["workers"]["lanes"]) == 2
+    assert rec["workers"]["rebuilt"] >= 1
+    # The candidates after the dead worker still ran: both lanes produced results.
+    assert {_row(rec, t)["lane"] for t in (16, 32, 64)} <= {0, 1}
+    assert all(_row(rec, t).get("sweep") is None for t in (8, 48, 128))  # failures are not timed
+
+
+def test_winner_beats_the_incumbent_beyond_noise_in_a_fresh_recheck(swept):
+    _, rec = swept
+    assert rec["verdict"] == "proposed", rec["reason"]
+    win = {c["id"]: c for c in rec["candidates"]}[rec["decision"]["winner"]]
+    assert win["config"] == {"tile": 64}
+    assert rec["decision"]["speedup_vs_incumbent"] == pytest.approx(1 / 0.7, rel=1e-3)
+    assert rec["decision"]["noise_pct"] > 2.0  # the fake A/A floor
+    assert rec["recheck"]["aa_slot"] == "incumbent" and "baseline" in rec["recheck"]["slots"]
+    assert rec["recheck"]["integrity"][win["id"]]["passed"]
+    back = load_tuning_artifact(Path(rec["artifact"]))
+    assert back["decision"]["winner"] == rec["decision"]["winner"]
+    assert len(back["candidates"]) == len(rec["candidates"])
+
+
+def test_applied_proposal_passes_lint_and_the_plan_selects_it(swept):
+    index, rec = swept
+    assert rec["proposal"]["applied"] and rec["diff"].startswith("--- a/skills/toy_tune/SKILL.md")
+    assert "validation/_tuning/toy_tune/" in rec["diff"]  # the recipe cites its evidence
+    fresh = SkillIndex.load(index.root)
+    rep = lint(fresh)
+    assert rep.ok, [str(e) for e in rep.errors]
+    sel = select_recipe(fresh.skill("toy_tune"), SHAPE, {})
+    assert sel.recipe.name == rec["proposal"]["recipe_name"] and not sel.untuned
+    assert sel.recipe.config == {"tile": 64}
+
+
+def test_a_win_inside_the_noise_floor_is_not_proposed(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_noise", [16, 32])])
+    before = Path(index.skill("toy_noise").path).read_text()
+    rec = run_tune(index, "toy_noise", timer=TIMER, apply=True)
+    assert rec["verdict"] == "no_win", rec["reason"]
+    assert "within noise" in rec["reason"] and rec["diff"] is None and rec["proposal"] is None
+    assert Path(index.skill("toy_noise").path).read_text() == before
+
+
+def test_without_a_timer_nothing_is_proposed_and_failures_are_still_recorded(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_untimed", [8, 16, 64])])
+    rec = run_tune(index, "toy_untimed")
+    assert rec["verdict"] == "not_timed" and rec["timing"] is None
+    assert statuses(rec) == {8: "parity_failed", 16: "survivor", 64: "survivor"}
+
+
+def _row(rec, tile):
+    return next(c for c in rec["candidates"] if c["role"] == "candidate" and c["config"].get("tile") == tile)
+
+
+# ---------------------------------------------------------------------------------------- ablate
+
+def test_ablation_within_noise_confirms_a_no_op_claim(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_abl", [16])])
+    rec = ablate_shape(index, "toy_abl", SHAPE, ["tile=32"], backend="cpu", timer=TIMER, rounds=20, warmup=1, seeds=2,
+                       timeout_s=120, validation_root=index.root / "validation")
+    ab = rec["ablation"]
+    assert rec["verdict"] == "not_load_bearing" and ab["direction"] == "within_noise"
+    assert ab["claim"]["expect"] == "not_load_bearing" and ab["agrees_with_card"] is True
+    load_tuning_artifact(Path(rec["artifact"]))
+
+
+def test_ablation_outside_noise_refutes_a_wrong_claim(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_abl2", [16])])
+    # The lever text claims `tile: 16 -> 64` is load-bearing (64 slower); measured: 64 is faster, the claim is refuted.
+    rec = ablate_shape(index, "toy_abl2", SHAPE, {"tile": 64}, backend="cpu", timer=TIMER, rounds=20, warmup=1, seeds=2,
+                       timeout_s=120, validation_root=index.root / "validation")
+    ab = rec["ablation"]
+    assert ab["load_bearing"] is True and ab["direction"] == "ablated_faster"
+    assert ab["ratio_ablated_over_recipe"] == pytest.approx(0.7, rel=1e-3)
+    assert ab["claim"]["source"] == "lever" and ab["agrees_with_card"] is False and "REFUTES" in rec["reason"]
+
+
+def test_ablating_to_a_config_that_fails_parity_is_reported_not_timed(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_abl3", [16])])
+    rec = ablate_shape(index, "toy_abl3", SHAPE, {"tile": 8}, backend="cpu", timer=TIMER, rounds=10, warmup=1, seeds=2,
+                       timeout_s=120, write=False)
+    assert rec["verdict"] == "ablated_failed" and rec["ablation"]["direction"] == "not_timed"
+
+
+# ---------------------------------------------------------------------------------------- lint
+
+def test_lint_checks_the_space_against_the_kernel_config_schema(tmp_path):
+    bad = tunable_card("toy_badspace", [16, 24])
+    bad["recipes"][0]["tunable"]["constraints"] = ["tile * warps <= 64"]
+    bad["recipes"][0]["ablations"] = [{"set": {"tiles": 8}, "expect": "load_bearing"}]
+    index = _kb(tmp_path, [bad])
+    errs = {e.field: e.reason for e in lint(index).errors}
+    assert "24" in errs["recipes.0.tunable.space.tile"]
+    assert "warps" in errs["recipes.0.tunable.constraints.0"]
+    assert "not a config key" in errs["recipes.0.ablations.0.set"]
+
+
+def test_the_real_cards_spaces_lint_clean():
+    from skillrun.kb.tunable import lint_tunable
+
+    index = SkillIndex.load()
+    for cid in ("triton_fp8_rowwise_batched_gemm_sm90", "triton_fp8_blockscale_gemm_sm90", "flydsl_fp8_blockscale_gemm"):
+        assert lint_tunable(index.skill(cid)) == []
