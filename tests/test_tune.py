@@ -172,3 +172,40 @@ def test_the_real_cards_spaces_lint_clean():
     index = SkillIndex.load()
     for cid in ("triton_fp8_rowwise_batched_gemm_sm90", "triton_fp8_blockscale_gemm_sm90", "flydsl_fp8_blockscale_gemm"):
         assert lint_tunable(index.skill(cid)) == []
+
+
+# ---------------------------------------------------------------------------------------- Triton interpreter
+
+def test_sweep_of_a_triton_space_in_the_interpreter(tmp_path):
+    c = card("toy_triton_tune", "defects.toy_triton:build", backend="triton")
+    c["recipes"][0].update(config={"BM": 16, "BN": 16, "BK": 16, "num_warps": 1, "num_stages": 1},
+                           tunable={"space": {"BN": [16, 32], "BK": [16, 32]}, "constraints": ["BN * BK <= 512"]})
+    (tmp_path / "kb").mkdir()
+    index = _kb(tmp_path, [c])
+    # The Triton toy declares no CONFIG_SCHEMA: lint says so (the tuner still runs, the space is the card's word).
+    assert any("declares no literal CONFIG_SCHEMA" in e.reason for e in lint(index).errors)
+    rec = tune_shape(index, "toy_triton_tune", {"M": 16, "N": 32, "K": 32}, backend="cpu", seeds=1, timeout_s=300,
+                     validation_root=index.root / "validation")
+    rows = {tuple(sorted(r["config"].items())): r for r in rec["candidates"] if r["role"] == "candidate"}
+    assert len(rows) == 4
+    pruned = [r for r in rows.values() if r["status"] == "pruned"]
+    assert len(pruned) == 1 and "BN * BK <= 512" in pruned[0]["reason"]
+    assert all(r["status"] == "survivor" for r in rows.values() if r["status"] != "pruned")
+    assert rec["verdict"] == "not_timed"
+
+
+# ---------------------------------------------------------------------------------------- Ray
+
+def test_ray_pool_with_a_worker_killed_mid_sweep(tmp_path):
+    ray = pytest.importorskip("ray")
+    index = _kb(tmp_path, [tunable_card("toy_ray", [16, 128, 32, 64])])
+    ray.init(num_cpus=2, resources={"tune_slot": 2}, include_dashboard=False, log_to_driver=False)
+    try:
+        rec = run_tune(index, "toy_ray", timer=TIMER, ray_address="local", ray_resources={"tune_slot": 1}, ray_num_gpus=0)
+    finally:
+        ray.shutdown()
+    assert rec["workers"]["engine"] == "ray"
+    st = statuses(rec)
+    assert st[128] == "worker_died" and "Ray" in _row(rec, 128)["reason"], _row(rec, 128)["reason"]
+    assert st[16] == st[32] == st[64] == "survivor"  # candidates after the dead worker still ran
+    assert rec["verdict"] == "proposed" and _row(rec, 64)["id"] == rec["decision"]["winner"]

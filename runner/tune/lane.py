@@ -28,6 +28,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from skillrun.execute.isolate import run_task
 
     os.environ["SKILLRUN_LANE_PID"] = str(os.getpid())
+    # A Ray worker does not inherit the driver's import path: take the entries that exist here too.
+    for p in reversed(job.get("sys_path") or []):
+        if p not in sys.path and os.path.isdir(p):
+            sys.path.insert(0, p)
     try:
         res = run_task(job["task"], timeout_s=float(job["timeout_s"]), env=job.get("env"),
                        isolation=job.get("isolation") or "spawn")

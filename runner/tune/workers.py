@@ -231,7 +231,8 @@ class RayPool:
 
     def map(self, jobs: list[dict[str, Any]], done: Callable[[int, dict], None] | None = None) -> list[dict[str, Any]]:
         ray = self._ray
-        refs = [self._fn.remote(job) for job in jobs]
+        path = [p for p in sys.path if p and os.path.isdir(p)]
+        refs = [self._fn.remote({**job, "sys_path": path}) for job in jobs]
         out = []
         for i, (ref, job) in enumerate(zip(refs, jobs)):
             try:
