@@ -55,13 +55,14 @@ def register(app: typer.Typer) -> None:
                  apply: bool = typer.Option(False, "--apply", help="Write the proposed recipe into SKILL.md (lint must pass)."),
                  cuda_graph: bool = typer.Option(False, "--cuda-graph"),
                  cold_l2: str = typer.Option("rotate", "--cold-l2", help="rotate | flush | off"),
+                 timer: Optional[str] = typer.Option(None, "--timer", help="event | wall | module:factory (default: device events on a GPU, none on the CPU)."),
                  as_json: bool = typer.Option(False, "--json"),
                  no_write: bool = typer.Option(False, "--no-write", help="Write no artifact (and so propose no diff).")):
         """Sweep a recipe's declared space from the nearest recipe; propose a recipe only if it beats the incumbent beyond noise."""
         results = api.tune(_index(), skill_id, shape, from_plan=from_plan, backend=backend, rounds=rounds,
                            recheck_rounds=recheck_rounds, top=top, seeds=seeds, timeout_s=timeout, workers=workers,
                            ray_address=ray, ray_resources=_resources(ray_resource), compile_only=compile_only, arch=arch,
-                           start_from=start_from, apply=apply, cuda_graph=cuda_graph, cold_l2=cold_l2,
+                           start_from=start_from, apply=apply, cuda_graph=cuda_graph, cold_l2=cold_l2, timer=timer,
                            write=not no_write, command=_command_line())
         if as_json:
             _emit_json(results)
@@ -79,11 +80,12 @@ def register(app: typer.Typer) -> None:
                    backend: Optional[str] = typer.Option(None, "--backend"), rounds: int = typer.Option(200, "--rounds"),
                    seeds: int = typer.Option(3, "--seeds"), timeout: float = typer.Option(600.0, "--timeout"),
                    arch: Optional[str] = typer.Option(None, "--arch"), cuda_graph: bool = typer.Option(False, "--cuda-graph"),
-                   cold_l2: str = typer.Option("rotate", "--cold-l2"), as_json: bool = typer.Option(False, "--json"),
+                   cold_l2: str = typer.Option("rotate", "--cold-l2"),
+                   timer: Optional[str] = typer.Option(None, "--timer", help="event | wall | module:factory"), as_json: bool = typer.Option(False, "--json"),
                    no_write: bool = typer.Option(False, "--no-write")):
         """Same-session A/B of a recipe against itself with a lever changed: load-bearing or not, and does the card agree."""
         r = api.ablate(_index(), skill_id, shape, set_, recipe=recipe, backend=backend, rounds=rounds, seeds=seeds,
-                       timeout_s=timeout, arch=arch, cuda_graph=cuda_graph, cold_l2=cold_l2, write=not no_write,
+                       timeout_s=timeout, arch=arch, cuda_graph=cuda_graph, cold_l2=cold_l2, timer=timer, write=not no_write,
                        command=_command_line())
         if as_json:
             _emit_json(r)

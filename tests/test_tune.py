@@ -209,3 +209,27 @@ def test_ray_pool_with_a_worker_killed_mid_sweep(tmp_path):
     assert st[128] == "worker_died" and "Ray" in _row(rec, 128)["reason"], _row(rec, 128)["reason"]
     assert st[16] == st[32] == st[64] == "survivor"  # candidates after the dead worker still ran
     assert rec["verdict"] == "proposed" and _row(rec, 64)["id"] == rec["decision"]["winner"]
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from skillrun import cli_extra  # noqa: F401 - registers tune/ablate
+    from skillrun.cli import app
+
+    index = _kb(tmp_path, [tunable_card("toy_cli", [16, 48, 64])])
+    root = str(index.root)
+    r = CliRunner().invoke(app, ["--kb", root, "tune", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--timer", TIMER,
+                                 "--rounds", "20", "--seeds", "1", "--timeout", "120", "--apply", "--json"])
+    assert r.exit_code == 0, r.output
+    (rec,) = json.loads(r.stdout)
+    assert rec["verdict"] == "proposed" and rec["proposal"]["applied"]
+    assert {c["status"] for c in rec["candidates"] if c["config"] == {"tile": 48}} == {"raised"}
+    assert CliRunner().invoke(app, ["--kb", root, "lint"]).exit_code == 0
+    # A bad --set is a usage error (exit 2) with one line naming the problem.
+    r = CliRunner().invoke(app, ["--kb", root, "ablate", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--set", "tile"])
+    assert r.exit_code == 2 and "knob=value" in r.output
