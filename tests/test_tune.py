@@ -22,7 +22,7 @@ from skillrun.tune.sweep import tune_shape
 
 SHAPE = {"M": 32, "N": 16, "K": 32}
 TIMER = "defects.tunable:fake"
-ALL = [8, 16, 32, 48, 64, 128]
+ALL = [8, 16, 32, 48, 64, 96, 128]
 
 
 def tunable_card(card_id: str, tiles: list[int], when: str = "M >= 100000") -> dict:
@@ -69,12 +69,13 @@ def test_every_defect_is_kept_with_its_reason_and_none_counts_as_a_loss(swept):
     assert st[8] == "parity_failed"  # fast (cost 0.2) but wrong: never timed, never the winner
     assert st[48] == "raised" and "seeded: a candidate that raises" in _row(rec, 48)["reason"]
     assert st[128] == "worker_died" and "rebuilt" in _row(rec, 128)["reason"]
+    assert st[96] == "crashed" and "SIGSEGV" in _row(rec, 96)["reason"]
     assert st[64] == "survivor" and st[32] == "survivor"
     assert rec["workers"]["engine"] == "local" and len(rec["workers"]["lanes"]) == 2
     assert rec["workers"]["rebuilt"] >= 1
     # The candidates after the dead worker still ran: both lanes produced results.
     assert {_row(rec, t)["lane"] for t in (16, 32, 64)} <= {0, 1}
-    assert all(_row(rec, t).get("sweep") is None for t in (8, 48, 128))  # failures are not timed
+    assert all(_row(rec, t).get("sweep") is None for t in (8, 48, 96, 128))  # failures are not timed
 
 
 def test_winner_beats_the_incumbent_beyond_noise_in_a_fresh_recheck(swept):
@@ -233,3 +234,60 @@ def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
     # A bad --set is a usage error (exit 2) with one line naming the problem.
     r = CliRunner().invoke(app, ["--kb", root, "ablate", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--set", "tile"])
     assert r.exit_code == 2 and "knob=value" in r.output
+
+
+def test_many_candidates_raising_the_same_error_is_flagged_as_a_tuner_bug(tmp_path):
+    index = _kb(tmp_path, [tunable_card("toy_same", [16, 48])])
+    rec = run_tune(index, "toy_same", seeds=1)
+    assert statuses(rec)[48] == "raised"
+    assert any("suspect the tuner" in n for n in rec.get("notes", []))
+
+
+# ---------------------------------------------------------------------------------------- --from-plan
+
+def test_from_plan_tunes_only_the_untuned_items(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import skillrun.api as api_mod
+    from skillrun.models import PlanItem
+    from skillrun.tune import sweep
+
+    def item(shape, untuned):
+        return PlanItem(skill_id="toy", kernel="k", pct_gpu=10.0, shape=shape, shape_provenance="trace", recipe="only",
+                        untuned=untuned, kernel_ref="m:f", backend="torch", config={}, lever="x", loses=[],
+                        references={}, tolerance={}, expected_speedup=1.0, notes=[])
+
+    items = [item({"M": 1, "N": 2, "K": 3}, True), item({"M": 4, "N": 5, "K": 6}, False), item({"M": 1, "N": 2, "K": 3}, True),
+             item({"M": 7, "N": 8, "K": 9}, True)]
+    monkeypatch.setattr(api_mod, "analyze", lambda *a, **k: SimpleNamespace(plan=SimpleNamespace(items=items)))
+    calls = []
+    monkeypatch.setattr(sweep, "tune_shape", lambda index, sid, shape, **kw: calls.append((sid, shape)) or {"verdict": "x"})
+    out = sweep.tune_from_plan(None, tmp_path / "trace.json")
+    assert calls == [("toy", {"M": 1, "N": 2, "K": 3}), ("toy", {"M": 7, "N": 8, "K": 9})] and len(out) == 2
+
+
+def test_a_timed_out_candidate_is_classified_as_timeout_not_as_a_loss():
+    from skillrun.tune.session import classify
+
+    st, why = classify({"status": "error", "error": "timed out after 5 s (hang?); child killed", "fault": "timeout"})
+    assert st == "timeout" and "timed out" in why
+    assert classify({"status": "error", "error": "CompilationError: at 3:4: bad"})[0] == "compile_failed"
+
+
+# ---------------------------------------------------------------------------------------- agent tools
+
+def test_agent_tools_tune_and_ablate_call_the_same_api(tmp_path):
+    from skillrun.agent.tools import AgentTools, tool_specs
+
+    index = _kb(tmp_path, [tunable_card("toy_agent", [16, 8])])
+    specs = {s.name: s for s in tool_specs(AgentTools(index, gpu_probe=lambda: None))}
+    # No GPU and no backend='cpu': the tool says why instead of running.
+    res = specs["tune_skill"].run(skill_id="toy_agent", shapes=["32,16,32"])
+    assert res["ok"] is False and "no GPU" in res["error"]
+    res = specs["tune_skill"].run(skill_id="toy_agent", shapes=["32,16,32"], backend="cpu", rounds=10)
+    assert res["ok"], res
+    (row,) = res["results"]
+    assert row["verdict"] == "not_timed" and row["candidates_by_status"] == {"survivor": 1, "parity_failed": 1}
+    assert row["artifact"].startswith("validation/_tuning/toy_agent/")
+    bad = specs["ablate_skill"].run(skill_id="toy_agent", shape="32,16,32", set={"tile": 24}, backend="cpu")
+    assert bad["ok"] is False and "24" in bad["error"]

@@ -429,7 +429,8 @@ def _tuning_row(r: dict[str, Any], rel: Callable[[Path], str]) -> dict[str, Any]
     cands = r.get("candidates") or []
     counts: dict[str, int] = {}
     for c in cands:
-        counts[c["status"]] = counts.get(c["status"], 0) + 1
+        if c.get("role") in ("candidate", "ablated"):
+            counts[c["status"]] = counts.get(c["status"], 0) + 1
     row = {"card": (r.get("card") or {}).get("id"), "kind": r.get("kind"), "shape": r.get("shape"), "verdict": r.get("verdict"),
            "reason": r.get("reason"), "candidates_by_status": counts, "decision": r.get("decision"),
            "ablation": r.get("ablation"), "artifact": rel(Path(r["artifact"])) if r.get("artifact") else None}

@@ -46,6 +46,7 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
                  write: bool = True, validation_root: Path | None = None, cold_l2: str = "rotate",
                  cuda_graph: bool = False, isolation: str | None = None, command: str | None = None) -> dict[str, Any]:
     card = index.skill(skill_id)
+    validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     changes = parse_sets(sets)
     be = backend if isinstance(backend, Backend) else make_backend(backend)
     target, facts = _facts(index, card, be, arch)

@@ -43,6 +43,8 @@ def prune_shape(index: SkillIndex, card: SkillCard, shape: dict[str, int], *, ar
     from skillrun.check.core import check_recipe
     from skillrun.check.flydsl_env import require_toolchain
 
+    validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
+
     arch = arch or next((g for g in card.gens if g.startswith("gfx")), None)
     if arch is None:
         raise UsageError(f"--compile-only needs a gfx target: card {card.id} names {card.gens}; pass --arch", field="arch")

@@ -25,7 +25,6 @@ from typing import Any
 
 from skillrun.errors import SkillRunError, UnavailableError, UsageError
 from skillrun.execute.backends import Backend, make_backend
-from skillrun.execute.isolate import run_task
 from skillrun.kb import tunable as T
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
@@ -33,7 +32,7 @@ from skillrun.refs import module_file, split_ref
 from skillrun.select import select_recipe
 from skillrun.tune import session as S
 from skillrun.tune.artifact import relative, write_tuning
-from skillrun.tune.workers import make_pool, pin_env, visible_devices
+from skillrun.tune.workers import make_pool
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now
 
 DEFAULT_TOP = 3
@@ -171,6 +170,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                isolation: str | None = None, command: str | None = None) -> dict[str, Any]:
     """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None)."""
     card = index.skill(skill_id)
+    validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     if compile_only:
         from skillrun.tune.prune import prune_shape
 
@@ -239,6 +239,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                            "incumbent_vs_baseline": None, "noise_pct": None, "reason": ""}
         rec["proposal"] = None
         failed = [r for r in rows if r["role"] == "candidate" and r["status"] != "survivor"]
+        _same_error_note(failed, len(cands), notes)
         summary = f"{len(survivors)} of {len(cands)} candidates passed the oracle; {len(failed)} kept with their reason"
 
         if by_id[S.INCUMBENT]["status"] != "survivor":
@@ -284,6 +285,20 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         refused.reason += f" (tuning artifact: {path})"
         raise refused
     return {**rec, "artifact": str(path) if path else None, "diff": diff}
+
+
+def _same_error_note(failed: list[dict[str, Any]], n: int, notes: list[str]) -> None:
+    """Many candidates raising the same exception is a tuner or launcher bug (the MoE PR's split-K
+    keyword), not a property of those configs: say so instead of letting the survivors decide."""
+    kinds: dict[str, int] = {}
+    for r in failed:
+        if r["status"] in ("raised", "compile_failed"):
+            head = r["reason"].split(":")[0][:80]
+            kinds[head] = kinds.get(head, 0) + 1
+    for head, k in kinds.items():
+        if n >= 2 and k * 2 >= n:
+            notes.append(f"{k} of {n} candidates raised the same {head}: suspect the tuner or the launcher's arguments, "
+                         "not the configs; the survivors may not be the space's best")
 
 
 def _finish(rec: dict[str, Any], verdict: str, reason: str) -> None:
@@ -338,11 +353,10 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
     # Fresh session, one device, nothing else running on it (the pool is idle now): the MoE PR's
     # busy-GPU winners did not survive exactly this.
     peers = [(cid, start.kernel, by_id[cid]["config"]) for cid in finalists]
-    dev = visible_devices(be.kind)[0]
     job = S.session_job(ctx, inc_slot, peers, baseline_ref, 9001, recheck_rounds)
-    env = {**(job.get("env") or {}), **pin_env(be.kind, dev)}
-    res = run_task(job["task"], timeout_s=job["timeout_s"], env=env, isolation=job["isolation"])
+    res = pool.solo(job)
     ses = S.read_session(res, finalists)
+    dev = res.get("device")
     ses["device"] = f"{be.facts.name} (device {dev})" if dev is not None else be.facts.name
     rec["recheck"] = ses
     if "error" in ses:

@@ -85,8 +85,19 @@ class InlinePool:
                 done(i, res)
         return out
 
+    def solo(self, job: dict[str, Any]) -> dict[str, Any]:
+        return _solo_here(self.kind, self.device, job)
+
     def close(self) -> None:
         pass
+
+
+def _solo_here(kind: str, device: str | None, job: dict[str, Any]) -> dict[str, Any]:
+    """One task alone on one device, started from this process (the pool's workers are idle)."""
+    env = {**(job.get("env") or {}), **pin_env(kind, device)}
+    res = run_task(job["task"], timeout_s=float(job["timeout_s"]), env=env, isolation=job.get("isolation") or "spawn")
+    res.update(lane=None, device=device)
+    return res
 
 
 class _Lane:
@@ -199,6 +210,9 @@ class LocalPool:
             t.join()
         return [r if r is not None else _died("no result", None, None) for r in results]
 
+    def solo(self, job: dict[str, Any]) -> dict[str, Any]:
+        return _solo_here(self.kind, self._lanes[0].device, job)
+
     def close(self) -> None:
         for ln in self._lanes:
             ln.stop()
@@ -251,6 +265,10 @@ class RayPool:
             if done:
                 done(i, res)
         return out
+
+    def solo(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The re-check: one Ray task (one GPU), submitted after every sweep task has finished."""
+        return self.map([job])[0]
 
     def close(self) -> None:
         pass

@@ -10,6 +10,7 @@ tile  what the candidate does
 64    correct, cost 0.70: the real winner
 8     cost 0.2 but 5% off: fast and wrong (must fail parity, never win)
 48    raises at build time (must be kept as "raised", never a loss)
+96    segfaults at build time (a GPU fault's stand-in) -> "crashed"
 128   kills the worker running it (SKILLRUN_LANE_PID) -> "worker_died"
 ====  =====================================================================
 
@@ -24,7 +25,7 @@ import signal
 from defects.kernels import _honest, _port
 
 CONFIG_SCHEMA = {"type": "object", "additionalProperties": False,
-                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 128]}}}
+                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 96, 128]}}}
 COST = {"16": 1.0, "32": 0.99, "64": 0.7, "8": 0.2}
 LAST = {"ms": 1.0}
 
@@ -33,6 +34,10 @@ def build(shape: dict, config: dict, device: str):
     tile = int((config or {}).get("tile", 16))
     if tile == 48:
         raise ValueError("tile=48 does not divide the warp layout (seeded: a candidate that raises)")
+    if tile == 96:
+        import ctypes
+
+        ctypes.string_at(0)  # seeded: the candidate's process dies (SIGSEGV)
     if tile == 128:
         pid = os.environ.get("SKILLRUN_LANE_PID")
         if not pid:
