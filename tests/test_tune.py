@@ -291,3 +291,47 @@ def test_agent_tools_tune_and_ablate_call_the_same_api(tmp_path):
     assert row["artifact"].startswith("validation/_tuning/toy_agent/")
     bad = specs["ablate_skill"].run(skill_id="toy_agent", shape="32,16,32", set={"tile": 24}, backend="cpu")
     assert bad["ok"] is False and "24" in bad["error"]
+
+
+# ---------------------------------------------------------------------------------------- real card text
+
+def test_proposal_inserts_into_the_real_rowwise_card_and_applies_cleanly(tmp_path):
+    """The text insertion on a real card (2-space indents, comments, flow maps) keeps lint green and
+    makes selection pick the new recipe for exactly that shape; the record is a hand-made decision."""
+    import shutil
+
+    from skillrun.tune import proposal as P
+
+    repo = Path(__file__).resolve().parents[1]
+    root = tmp_path / "kb"
+    for sub in ("skills", "schemas", "facts", "validation", "kernels"):
+        shutil.copytree(repo / sub, root / sub)
+    index = SkillIndex.load(root)
+    cid = "triton_fp8_rowwise_batched_gemm_sm90"
+    c = index.skill(cid)
+    shape = {"batch": 16, "M": 8192, "N": 8192, "K": 1024}
+    assert select_recipe(c, shape, {}, "sm_90").untuned
+    win = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 16, "num_warps": 8, "num_stages": 3,
+           "precise_acc": None, "w_layout": "nk"}
+    rec = {"shape": shape, "device": {"name": "test"}, "runner": {"git_revision": "0" * 40},
+           "recipe": {"name": "untuned_regime_default", "config": {},
+                      "why": "the card's default (UNTUNED shape); sweep starts from wide_n_prefill_keep_baseline: nearest"},
+           "candidates": [{"id": "c3", "label": "GROUP_M=16", "config": win}],
+           "decision": {"winner": "c3", "speedup_vs_incumbent": 1.2, "speedup_vs_baseline": None, "noise_pct": 1.5},
+           "recheck": {"slots": ["incumbent", "c3"], "ratio_vs_incumbent": {"c3": 1.2}, "stats": {}},
+           "timing": {"method": "test"}}
+    prop = P.propose(index, c, rec, "validation/_tuning/x.yaml", {}, "sm_90")
+    diff = P.unified_diff(c, prop)
+    assert diff.count("\n+  - name: ") == 1
+    # The one removed line is the case that pinned this shape as untuned; it now expects the new recipe.
+    removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == ["-    - {shape: {batch: 16, M: 8192, N: 8192, K: 1024}, recipe: untuned_regime_default, untuned: true}"]
+    P.apply(index, c, prop, shape, {}, "sm_90")
+    from skillrun.kb.lint import lint_card
+
+    fresh = SkillIndex.load(root)
+    assert not fresh.errors and lint_card(fresh.skill(cid), fresh) == []
+    sel = select_recipe(fresh.skill(cid), shape, {}, "sm_90")
+    assert sel.recipe.name == prop.recipe_name and sel.recipe.config == win and not sel.untuned
+    other = dict(shape, M=4096)
+    assert select_recipe(fresh.skill(cid), other, {}, "sm_90").recipe.name == "wide_n_prefill_keep_baseline"

@@ -188,7 +188,7 @@ def config_key(cfg: dict[str, Any]) -> str:
 
 def config_label(cfg: dict[str, Any], base: dict[str, Any]) -> str:
     diff = {k: v for k, v in cfg.items() if base.get(k, object()) != v}
-    return ",".join(f"{k}={v}" for k, v in diff.items()) or "incumbent"
+    return ",".join(f"{k}={v}" for k, v in diff.items()) or "start config"
 
 
 def lint_tunable(card: SkillCard) -> list[SkillRunError]:

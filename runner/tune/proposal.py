@@ -109,30 +109,42 @@ def _reindent(block: str, indent: str) -> str:
     return "".join(indent + ln + "\n" for ln in block.splitlines())
 
 
-def _insert_select(fm: str, case: str) -> str:
+def _insert_select(fm: str, case: str, shape: dict[str, int], keys: tuple[str, ...]) -> str:
+    """Add the new ``tests.selects`` case; an existing case for the same shape (e.g. one that pinned it
+    as untuned) is replaced in place, so the diff shows the changed expectation."""
     m = re.search(r"^([ \t]*)selects:[ \t]*(\[\])?[ \t]*$", fm, flags=re.M)
     if not m:
         raise SkillRunError("cannot find `selects:` under `tests:` in the front matter", field="tests.selects")
     indent = m.group(1)
     if m.group(2):  # "selects: []"
         return fm[:m.start()] + f"{indent}selects:\n{indent}  - {case}" + fm[m.end():]
-    # After the last line of the block (lines more indented than `selects:`, or list items at its level).
-    lines = fm[m.end():].split("\n")
+    # The block: lines more indented than `selects:`, or list items at its level.
     pos = m.end()
     item_indent = None
-    for ln in lines[1:]:
+    for ln in fm[m.end():].split("\n")[1:]:
         stripped = ln.lstrip(" ")
         lead = len(ln) - len(stripped)
-        if not stripped:
+        if not stripped or not (lead > len(indent) or (lead == len(indent) and stripped.startswith("- "))):
             break
-        if lead > len(indent) or (lead == len(indent) and stripped.startswith("- ")):
-            if stripped.startswith("- ") and item_indent is None:
-                item_indent = " " * lead
-            pos += len(ln) + 1
-            continue
-        break
+        if stripped.startswith("- "):
+            item_indent = item_indent if item_indent is not None else " " * lead
+            if _same_shape(stripped[2:], shape, keys):
+                start = pos + 1
+                return fm[:start] + f"{' ' * lead}- {case}" + fm[start + len(ln):]
+        pos += len(ln) + 1
     item_indent = item_indent if item_indent is not None else indent + "  "
     return fm[:pos] + f"\n{item_indent}- {case}" + fm[pos:]
+
+
+def _same_shape(item_text: str, shape: dict[str, int], keys: tuple[str, ...]) -> bool:
+    try:
+        item = yaml.safe_load(item_text)
+    except yaml.YAMLError:
+        return False
+    s = item.get("shape") if isinstance(item, dict) else None
+    if isinstance(s, list) and len(s) == len(keys):
+        s = dict(zip(keys, s))
+    return isinstance(s, dict) and {k: int(v) for k, v in s.items()} == {k: int(v) for k, v in shape.items()}
 
 
 @dataclass
@@ -151,7 +163,9 @@ def propose(index: SkillIndex, card: SkillCard, rec: dict[str, Any], artifact: s
     block = _dump_item(_new_recipe(card, rec, name, artifact), "")
     fm2 = _insert_recipe(fm, rec["recipe"]["name"], block)
     shape_flow = yaml.safe_dump(dict(rec["shape"]), default_flow_style=True, width=1000, sort_keys=False).strip()
-    fm2 = _insert_select(fm2, f"{{shape: {shape_flow}, recipe: {name}}}")
+    from skillrun.plan import problem_keys
+
+    fm2 = _insert_select(fm2, f"{{shape: {shape_flow}, recipe: {name}}}", rec["shape"], problem_keys(card))
     new_text = head + fm2 + body
     check(index, card, new_text, rec["shape"], facts, arch, name)
     return Proposal(old_text=text, new_text=new_text, recipe_name=name)

@@ -397,8 +397,10 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         return
     if sp <= 1.0 + floor:
         sweep_sp = by_id[cid].get("sweep", {}).get("speedup_vs_incumbent")
+        how = (f"inside the {floor_txt}: within noise" if sp >= 1.0 - floor
+               else f"slower than the incumbent beyond the {floor_txt}")
         _finish(rec, "no_win", f"best finalist {cid} ({label}) is {sp:.3f}x the incumbent {inc.name} in the re-check "
-                f"(sweep said {sweep_sp:.3f}x), inside the {floor_txt}: within noise, the incumbent stays")
+                f"(sweep said {sweep_sp:.3f}x), {how}: the incumbent stays")
         return
     dec["winner"] = cid
     dec["speedup_vs_incumbent"] = round(sp, 4)
