@@ -272,6 +272,8 @@ def test_a_timed_out_candidate_is_classified_as_timeout_not_as_a_loss():
     st, why = classify({"status": "error", "error": "timed out after 5 s (hang?); child killed", "fault": "timeout"})
     assert st == "timeout" and "timed out" in why
     assert classify({"status": "error", "error": "CompilationError: at 3:4: bad"})[0] == "compile_failed"
+    st, why = classify({"status": "error", "error": "AcceleratorError: CUDA error: an illegal memory access was encountered"})
+    assert st == "crashed" and why.startswith("GPU fault")
 
 
 # ---------------------------------------------------------------------------------------- agent tools
@@ -335,3 +337,26 @@ def test_proposal_inserts_into_the_real_rowwise_card_and_applies_cleanly(tmp_pat
     assert sel.recipe.name == prop.recipe_name and sel.recipe.config == win and not sel.untuned
     other = dict(shape, M=4096)
     assert select_recipe(fresh.skill(cid), other, {}, "sm_90").recipe.name == "wide_n_prefill_keep_baseline"
+
+
+def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
+    from skillrun.tune.artifact import write_tuning
+    from skillrun.tune.sweep import base_record
+    from skillrun.execute.backends import make_backend
+
+    index = _kb(tmp_path, [tunable_card("toy_from", ALL)])
+    c = index.skill("toy_from")
+    pr = base_record("compile_prune", c, SHAPE, make_backend("cpu"),
+                     {"name": "only", "untuned": True, "kernel": "defects.tunable:build", "backend": "torch", "config": {"tile": 16}},
+                     "test")
+    pr.update(verdict="pruned", reason="hand-made for the test", candidates=[
+        {"id": "incumbent", "config": {"tile": 16}, "status": "compile_verified", "reason": "ok"},
+        {"id": "c1", "config": {"tile": 64}, "status": "compile_verified", "reason": "ok"},
+        {"id": "c2", "config": {"tile": 8}, "status": "gate_failed", "reason": "VGPR spills 12 > 0"}])
+    path = write_tuning(pr, index.root / "validation")
+    rec = run_tune(index, "toy_from", timer=TIMER, start_from=path)
+    assert sorted(r["config"]["tile"] for r in rec["candidates"] if r["role"] == "candidate") == [16, 64]
+    assert rec["space"]["from"].startswith("validation/_tuning/toy_from/")
+    assert rec["verdict"] == "proposed"
+    with pytest.raises(SkillRunError, match="artifact was pruned for shape"):
+        tune_shape(index, "toy_from", {"M": 8, "N": 16, "K": 32}, backend="cpu", start_from=path, write=False)

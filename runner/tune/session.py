@@ -14,7 +14,10 @@ from typing import Any
 
 from skillrun.execute.stats import aa_noise, percentile, summarize
 
+import re
+
 INCUMBENT = "incumbent"
+_GPU_FAULT = re.compile(r"(?i)CUDA error|HIP error|hipError|illegal memory access|device-side assert|unspecified launch failure")
 BASELINE = "baseline"
 
 
@@ -58,6 +61,9 @@ def classify(res: dict[str, Any]) -> tuple[str, str]:
         return "timeout", err + tail
     if fault == "crash":
         return "crashed", err + tail
+    if _GPU_FAULT.search(err):
+        # The child raised on a sticky device error: its process (and context) is gone, the sweep goes on.
+        return "crashed", "GPU fault: " + err[:800] + tail
     if "Compil" in err.split(":")[0] or "CompilationError" in err:
         return "compile_failed", err[:800]
     return "raised", err[:800] + tail
