@@ -360,3 +360,12 @@ def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
     assert rec["verdict"] == "proposed"
     with pytest.raises(SkillRunError, match="artifact was pruned for shape"):
         tune_shape(index, "toy_from", {"M": 8, "N": 16, "K": 32}, backend="cpu", start_from=path, write=False)
+
+
+def test_a_timer_that_misses_the_work_is_a_measurement_error_not_a_winner(tmp_path):
+    from skillrun.execute.peaks import DevicePeak, PeakTable
+
+    index = _kb(tmp_path, [tunable_card("toy_floor", [16, 64])])
+    tiny = PeakTable([DevicePeak(name="test (tiny peak)", match=".", tflops={"fp16": 1e-9}, gbps=1e-9, source="tests")])
+    rec = run_tune(index, "toy_floor", timer=TIMER, peaks=tiny)
+    assert rec["verdict"] == "error" and "physical floor" in rec["reason"] and rec["proposal"] is None

@@ -81,7 +81,7 @@ def config_schema(kernel_ref: str) -> dict[str, Any] | None:
     return schema if isinstance(schema, dict) else None
 
 
-def _value_errors(schema: dict[str, Any], knob: str, value: Any) -> str | None:
+def value_error(schema: dict[str, Any], knob: str, value: Any) -> str | None:
     import jsonschema
 
     props = schema.get("properties") or {}
@@ -212,7 +212,7 @@ def lint_tunable(card: SkillCard) -> list[SkillRunError]:
             for knob, values in space.items():
                 n *= max(len(values), 1)
                 for v in values if schema else []:
-                    why = _value_errors(schema, knob, v)
+                    why = value_error(schema, knob, v)
                     if why:
                         err(f"recipes.{i}.tunable.space.{knob}", why)
             if n > MAX_SPACE:
@@ -229,12 +229,12 @@ def lint_tunable(card: SkillCard) -> list[SkillRunError]:
                     err(f"recipes.{i}.tunable.constraints.{j}", f"unknown name(s) {sorted(unknown)} in `{c}`")
             if schema:
                 for knob, v in (r.get("config") or {}).items():
-                    why = _value_errors(schema, knob, v)
+                    why = value_error(schema, knob, v)
                     if why:
                         err(f"recipes.{i}.config.{knob}", why)
         for j, a in enumerate(abls):
             for knob, v in (a.get("set") or {}).items():
-                why = _value_errors(schema, knob, v) if schema else None
+                why = value_error(schema, knob, v) if schema else None
                 if why:
                     err(f"recipes.{i}.ablations.{j}.set", why)
     return errors

@@ -61,7 +61,7 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
         raise UnavailableError(f"cannot ablate {card.id}/{r.name} here: {why}")
     schema = T.config_schema(r.kernel)
     if schema:
-        bad = [w for k, v in changes.items() if (w := T._value_errors(schema, k, v))]
+        bad = [w for k, v in changes.items() if (w := T.value_error(schema, k, v))]
         if bad:
             raise UsageError("; ".join(bad), field="set")
     same = {k: v for k, v in changes.items() if r.config.get(k, object()) == v}

@@ -167,7 +167,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                ray_num_gpus: float | None = None, compile_only: bool = False, arch: str | None = None,
                start_from: str | Path | None = None, apply: bool = False, write: bool = True,
                validation_root: Path | None = None, cold_l2: str = "rotate", cuda_graph: bool = False,
-               isolation: str | None = None, command: str | None = None) -> dict[str, Any]:
+               isolation: str | None = None, command: str | None = None, peaks: Any = None) -> dict[str, Any]:
     """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None)."""
     card = index.skill(skill_id)
     validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
@@ -250,8 +250,9 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         elif ctx["timing"]["timer"] is None:
             _finish(rec, "not_timed", f"no timer on the {be.kind} backend: {summary}; nothing was timed and nothing is proposed")
         else:
+            work = (float(inc_res.get("flops") or 0.0), float(inc_res.get("min_bytes") or 0.0), card.match.get("dtypes"))
             _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baseline_ref if base_ok else None,
-                               rounds, recheck_rounds or rounds, top, notes)
+                               rounds, recheck_rounds or rounds, top, notes, work, peaks)
         rec["workers"]["rebuilt"] = pool.rebuilt
     finally:
         pool.close()
@@ -312,7 +313,21 @@ def _timing_meta(ctx: dict[str, Any], res: dict[str, Any], rounds: int) -> dict[
             "cold_l2": str(res.get("cold_l2"))}
 
 
-def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baseline_ref, rounds, recheck_rounds, top, notes):
+def _below_floor(be: Backend, peaks, work, stats: dict[str, Any]) -> dict[str, float]:
+    """Slots whose fastest sample beats the device's physical floor (a timer that missed the work)."""
+    from skillrun.execute.peaks import DEFAULT_PEAKS, floor_ms
+
+    flops, nbytes, dtypes = work
+    peak = (peaks or DEFAULT_PEAKS).lookup(be.facts.name, be.facts.arch)
+    if peak is None or not (flops or nbytes):
+        return {}
+    dtype = next((d for d in dtypes or [] if d != "*"), None)
+    fl = float(floor_ms(flops, nbytes, peak, dtype)["floor_ms"])
+    return {slot: fl for slot, st in stats.items() if st.get("min", fl) < fl}
+
+
+def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baseline_ref, rounds, recheck_rounds, top, notes,
+                       work, peaks):
     inc_slot = {"kernel": inc.kernel, "config": dict(inc.config)}
     chunks = [survivors[i:i + SLOTS_PER_SESSION] for i in range(0, len(survivors), SLOTS_PER_SESSION)]
     jobs = [S.session_job(ctx, inc_slot, [(cid, start.kernel, cfg) for cid, cfg in ch], None, 2000 + i, rounds)
@@ -372,6 +387,11 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         dec["incumbent_vs_baseline"] = round(st[S.BASELINE]["median"] / st[S.INCUMBENT]["median"], 4)
     if not ses["integrity"].get(S.INCUMBENT, {}).get("passed", False):
         _finish(rec, "error", "the incumbent failed slot integrity in the re-check: " + ses["integrity"][S.INCUMBENT]["reason"][:400])
+        return
+    impossible = _below_floor(be, peaks, work, st)
+    if impossible:
+        _finish(rec, "error", "measurement error: " + ", ".join(f"{s} min {st[s]['min']:.6g} ms" for s in sorted(impossible))
+                + f" is below the physical floor {next(iter(impossible.values())):.6g} ms; these timings cannot be real")
         return
     best = None
     for cid in finalists:
