@@ -69,7 +69,9 @@ def register(app: typer.Typer) -> None:
         else:
             for r in results:
                 _print_tuning(out, r)
-        if any(r.get("verdict") in ("error", "incumbent_failed") for r in results):
+            if not results:
+                out.print("the plan has no UNTUNED item with a known shape: nothing to tune")
+        if any(r.get("verdict") in ("error", "incumbent_failed", "no_survivor") for r in results):
             raise typer.Exit(EXIT_FAILURE)
 
     @app.command("ablate")
