@@ -246,6 +246,10 @@ class AgentTools:
             raise UsageError(f"{path.name} is not a validation artifact (.yaml) or a saved analysis (validation/_analysis/*.json)", field="path")
         from skillrun.validation import load_artifact
 
+        if "_tuning" in path.parts:  # tuning / ablation / compile-prune artifacts have their own schema
+            from skillrun.tune.artifact import load_tuning_artifact
+
+            return ok(path=self._rel(path), artifact=load_tuning_artifact(path), full_result=self._rel(path))
         record = load_artifact(path)
         return ok(path=self._rel(path), artifact=record, full_result=self._rel(path))
 
@@ -285,7 +289,7 @@ def _artifact_row(rec: dict[str, Any], path: str) -> dict[str, Any]:
     dev = rec.get("device") or {}
     return {"path": path, "created": rec.get("created"), "card": card.get("id") if isinstance(card, dict) else card,
             "recipe": recipe.get("name") if isinstance(recipe, dict) else recipe, "shape": rec.get("shape"),
-            "mode": rec.get("mode"), "verdict": rec.get("verdict"), "speedup": rec.get("speedup"),
+            "mode": rec.get("mode") or rec.get("kind"), "verdict": rec.get("verdict"), "speedup": rec.get("speedup"),
             "device": dev.get("name") if isinstance(dev, dict) else dev, "reason": rec.get("reason")}
 
 
