@@ -157,3 +157,34 @@ def check(index: SkillIndex, skill_id: str, arch: str | None = None, shapes: lis
     keys = problem_keys(card)
     parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes] if shapes else None
     return check_skill(index, skill_id, arch=arch, shapes=parsed, write=write)
+
+
+def tune(index: SkillIndex, skill_id: str | None = None, shapes: list[str] | list[dict[str, int]] | None = None, *,
+         from_plan: str | Path | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """Sweep a recipe's tunable space for each shape (or every UNTUNED item of ``from_plan``'s plan).
+
+    One record per shape: the tuning artifact's content plus ``artifact`` (path) and ``diff`` (the
+    proposed SKILL.md change, or None). Options: see :func:`skillrun.tune.sweep.tune_shape`
+    (timer, rounds, top, workers, ray_address, compile_only, arch, start_from, apply, ...).
+    """
+    from skillrun.errors import UsageError
+    from skillrun.tune.sweep import tune_from_plan, tune_shape
+
+    if from_plan is not None:
+        if skill_id or shapes:
+            raise UsageError("--from-plan takes the cards and shapes from the trace's plan; drop SKILL/--shape", field="from_plan")
+        return tune_from_plan(index, from_plan, **kw)
+    if not skill_id or not shapes:
+        raise UsageError("tune needs SKILL and at least one --shape (or --from-plan TRACE)", field="shape")
+    keys = problem_keys(index.skill(skill_id))
+    parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+    return [tune_shape(index, skill_id, s, **kw) for s in parsed]
+
+
+def ablate(index: SkillIndex, skill_id: str, shape: str | dict[str, int], sets: list[str] | dict[str, Any],
+           **kw: Any) -> dict[str, Any]:
+    """Same-session A/B of a recipe against itself with ``sets`` (knob=value) changed: is the lever load-bearing?"""
+    from skillrun.tune.ablate import ablate_shape
+
+    parsed = shape if isinstance(shape, dict) else parse_shape(shape, problem_keys(index.skill(skill_id)))
+    return ablate_shape(index, skill_id, parsed, sets, **kw)

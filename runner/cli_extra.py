@@ -8,3 +8,6 @@ _register_profile(_app)
 from skillrun.agent.cli import register as _register_agent
 
 _register_agent(_app)
+from skillrun.cli_tune import register as _register_tune
+
+_register_tune(_app)

@@ -453,7 +453,8 @@ def _files(paths: Iterable[Path]) -> list[Path]:
         p = Path(p)
         if p.is_dir():
             files += sorted(f for f in p.rglob("*.yaml")
-                            if not f.name.startswith(".") and not is_temp_name(f.name) and "_analysis" not in f.relative_to(p).parts)
+                            if not f.name.startswith(".") and not is_temp_name(f.name)
+                            and not {"_analysis", "_tuning"} & set(f.relative_to(p).parts))
         elif p.is_file():
             files.append(p)
         else:

@@ -54,7 +54,8 @@ def load_artifacts(paths: Iterable[Path]) -> list[dict[str, Any]]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*.yaml") if not f.name.startswith(".tmp-"))
+            # validation/_tuning/ holds tuning artifacts (their own schema), not validation records.
+            files += sorted(f for f in p.rglob("*.yaml") if not f.name.startswith(".tmp-") and "_tuning" not in f.relative_to(p).parts)
         elif p.is_file():
             files.append(p)
         else:

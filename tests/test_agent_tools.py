@@ -43,7 +43,8 @@ def tools(kb, user_dir):
 
 
 def test_tool_set_and_schemas(tools):
-    assert set(tools) == {"list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation"}
+    assert set(tools) == {"list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation",
+                          "tune_skill", "ablate_skill"}
     schema = tools["analyze_profile"].args_schema.model_json_schema()
     assert schema["required"] == ["path"]
     assert schema["properties"]["top"]["maximum"] == 50

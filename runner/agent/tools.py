@@ -249,6 +249,10 @@ class AgentTools:
             raise UsageError(f"{path.name} is not a validation artifact (.yaml) or a saved analysis (validation/_analysis/*.json)", field="path")
         from skillrun.validation import load_artifact
 
+        if "_tuning" in path.parts:  # tuning / ablation / compile-prune artifacts have their own schema
+            from skillrun.tune.artifact import load_tuning_artifact
+
+            return ok(path=self._rel(path), artifact=load_tuning_artifact(path), full_result=self._rel(path))
         record = load_artifact(path)
         return ok(path=self._rel(path), artifact=record, full_result=self._rel(path))
 
@@ -297,7 +301,7 @@ def _artifact_row(rec: dict[str, Any], path: str) -> dict[str, Any]:
     dev = rec.get("device") or {}
     return {"path": path, "created": rec.get("created"), "card": card.get("id") if isinstance(card, dict) else card,
             "recipe": recipe.get("name") if isinstance(recipe, dict) else recipe, "shape": rec.get("shape"),
-            "mode": rec.get("mode"), "verdict": rec.get("verdict"), "speedup": rec.get("speedup"),
+            "mode": rec.get("mode") or rec.get("kind"), "verdict": rec.get("verdict"), "speedup": rec.get("speedup"),
             "device": dev.get("name") if isinstance(dev, dict) else dev, "reason": rec.get("reason")}
 
 
@@ -384,6 +388,10 @@ _DESCRIPTIONS = {
 }
 
 
+# (name, argument model) of tools defined further down (the tuning tools); their methods live on AgentTools.
+EXTRA_TOOLS: list[tuple[str, type[BaseModel]]] = []
+
+
 def tool_specs(tools: AgentTools) -> list[ToolSpec]:
     entries = [
         ("list_skills", S.ListSkillsArgs, tools.list_skills),
@@ -393,7 +401,7 @@ def tool_specs(tools: AgentTools) -> list[ToolSpec]:
         ("run_skill", S.RunSkillArgs, tools.run_skill),
         ("check_skill", S.CheckSkillArgs, tools.check_skill),
         ("read_validation", S.ReadValidationArgs, tools.read_validation),
-    ]
+    ] + [(name, schema, getattr(tools, name)) for name, schema in EXTRA_TOOLS]
     return [ToolSpec(name, _DESCRIPTIONS[name], schema, impl, tools.max_chars) for name, schema, impl in entries]
 
 
@@ -415,3 +423,76 @@ def build_tools(index: SkillIndex | None = None, allowed_paths: Iterable[str | P
             handle_validation_error=_on_bad_args, handle_tool_error=True,
         ))
     return out
+
+
+# ---------------------------------------------------------------------------------------- tuning tools
+# tune_skill / ablate_skill: the same typed api functions as `skill-run tune` / `skill-run ablate`.
+from pydantic import Field  # noqa: E402
+from typing import Literal  # noqa: E402
+
+
+class TuneSkillArgs(S._Args):
+    skill_id: str = Field(..., min_length=1, description="card id whose recipe declares a tunable space")
+    shapes: list[str] = Field(..., min_length=1, max_length=8, description=S.SHAPE_HELP)
+    backend: Optional[Literal["cuda", "rocm", "cpu"]] = Field(None, description="default: the GPU present")
+    compile_only: bool = Field(False, description="FlyDSL on a CPU: prune the space by the static gates (spills, LDS); nothing is timed")
+    arch: Optional[str] = Field(None, description="target arch for --compile-only (default: the card's first gfx gen)")
+    rounds: int = Field(100, ge=10, le=1000, description="interleaved rounds per timing session")
+    top: int = Field(3, ge=1, le=8, description="finalists re-timed against the incumbent and the baseline")
+    apply: bool = Field(False, description="write the proposed recipe into the card (lint must pass); leave False to only see the diff")
+
+
+class AblateSkillArgs(S._Args):
+    skill_id: str = Field(..., min_length=1, description="card id")
+    shape: str = Field(..., min_length=1, description="one shape; " + S.SHAPE_HELP)
+    set: dict[str, Any] = Field(..., min_length=1, max_length=8, description="knobs to change on the recipe's config, e.g. {'xcd_swizzle': 0}")
+    recipe: Optional[str] = Field(None, description="recipe to ablate (default: the one selected for the shape)")
+    backend: Optional[Literal["cuda", "rocm", "cpu"]] = Field(None, description="default: the GPU present")
+    rounds: int = Field(200, ge=10, le=2000, description="interleaved rounds")
+
+
+def _tuning_row(r: dict[str, Any], rel: Callable[[Path], str]) -> dict[str, Any]:
+    cands = r.get("candidates") or []
+    counts: dict[str, int] = {}
+    for c in cands:
+        if c.get("role") in ("candidate", "ablated"):
+            counts[c["status"]] = counts.get(c["status"], 0) + 1
+    row = {"card": (r.get("card") or {}).get("id"), "kind": r.get("kind"), "shape": r.get("shape"), "verdict": r.get("verdict"),
+           "reason": r.get("reason"), "candidates_by_status": counts, "decision": r.get("decision"),
+           "ablation": r.get("ablation"), "artifact": rel(Path(r["artifact"])) if r.get("artifact") else None}
+    if r.get("diff"):
+        row["diff"] = r["diff"]
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def _tune_skill(self: AgentTools, a: TuneSkillArgs) -> dict[str, Any]:
+    self.index.skill(a.skill_id)
+    if not a.compile_only and a.backend != "cpu" and not self.gpu_probe():
+        return {"ok": False, "error": "no GPU device is present, so tune_skill cannot time candidates here",
+                "hint": "use compile_only=True for a FlyDSL card (prunes spilling configs), or backend='cpu' for numerics only"}
+    results = api.tune(self.index, a.skill_id, self._shapes(a.skill_id, a.shapes), backend=a.backend,
+                       compile_only=a.compile_only, arch=a.arch, rounds=a.rounds, top=a.top, apply=a.apply)
+    return ok(results=[_tuning_row(r, self._rel) for r in results],
+              note="a recipe is proposed only when it beats the incumbent beyond the A/A noise in a fresh re-check; "
+                   "compile_prune results are compile-only facts, not measurements")
+
+
+def _ablate_skill(self: AgentTools, a: AblateSkillArgs) -> dict[str, Any]:
+    self.index.skill(a.skill_id)
+    if a.backend != "cpu" and not self.gpu_probe():
+        return {"ok": False, "error": "no GPU device is present, so ablate_skill cannot time the A/B here",
+                "hint": "an ablation needs a GPU; backend='cpu' only checks that both configs pass the oracle"}
+    shape = self._shapes(a.skill_id, [a.shape])[0]
+    r = api.ablate(self.index, a.skill_id, shape, dict(a.set), recipe=a.recipe, backend=a.backend, rounds=a.rounds)
+    return ok(result=_tuning_row(r, self._rel))
+
+
+AgentTools.tune_skill = _tune_skill  # type: ignore[attr-defined]
+AgentTools.ablate_skill = _ablate_skill  # type: ignore[attr-defined]
+_DESCRIPTIONS["tune_skill"] = ("Tune a recipe's declared space for a shape (start from the nearest recipe, parity-gate every "
+                               "candidate, time survivors interleaved, re-check the top few against the incumbent and the "
+                               "baseline); returns the tuning artifact and, only on a win beyond noise, a SKILL.md diff. "
+                               "compile_only=True prunes a FlyDSL space on a CPU.")
+_DESCRIPTIONS["ablate_skill"] = ("Ablate a lever: same-session A/B of the recipe against itself with `set` changed; says whether "
+                                 "the lever is load-bearing (outside the A/A noise) and whether that agrees with the card.")
+EXTRA_TOOLS.extend([("tune_skill", TuneSkillArgs), ("ablate_skill", AblateSkillArgs)])

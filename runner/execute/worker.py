@@ -192,7 +192,10 @@ def _session(task: dict) -> dict:
         launches[s["slot"]] = launch
         res["slots"][s["slot"]] = {**_describe(launch), "build_s": round(build_s, 4), "ref": s["ref"]}
     port = task["port_slot"]
-    refs = [n for n in launches if n != port]
+    # Peers (the tuner's candidates) run the port's own kernel with other configs: they are checked
+    # like the port (against the references), never against each other or the port.
+    peers = [n for n in task.get("peers") or [] if n in launches and n != port]
+    refs = [n for n in launches if n != port and n not in peers]
 
     # Input sets: one for the checks, more when rotating to keep operands out of L2; each slot its own copy.
     timer = timing.make_timer(tcfg.get("timer"), device)
@@ -233,6 +236,14 @@ def _session(task: dict) -> dict:
         others[f"{n} output"] = ref_outs[n]
         others[f"{n} operands"] = sets.prepared[n][0]
     res["aliasing"] = integrity.aliasing_gate(port_out, others)
+    if peers:
+        res["peer_aliasing"] = {}
+        for n in peers:
+            parity.poison(outs[n][0])
+            peer_out = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
+            sets.check(n, 0, "output-aliasing call")
+            res["peer_aliasing"][n] = integrity.aliasing_gate(peer_out, {**others, "port output": port_out})
+            del peer_out
     del ref_outs, port_out
 
     # 2. which kernels ran: a profiled sample of each slot's launches (already warm).
@@ -246,7 +257,7 @@ def _session(task: dict) -> dict:
             sets.check(n, 0, "profiled launches")
             continue
         sets.check(n, 0, "profiled launches")
-        gate = _names_gate(n, launches, port, refs, dev_names, host_names, use_device)
+        gate = _names_gate(n, launches, port, refs, dev_names, host_names, use_device, peers)
         gate["launches_profiled"] = n_prof
         res["slots"][n]["integrity"] = gate
 
@@ -348,20 +359,30 @@ def _session(task: dict) -> dict:
         again = _run_once(launches[port], sets.prepared[port][0], outs[port][0], sync)
         sets.check(port, 0, "post-timing check")
         res["post_timing_parity"] = parity.compare(again, sets.oracle(0), tol)
+        if peers:
+            res["post_timing_parity_peers"] = {}
+            for n in peers:
+                parity.poison(outs[n][0])
+                again = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
+                sets.check(n, 0, "post-timing check")
+                res["post_timing_parity_peers"][n] = parity.compare(again, sets.oracle(0), tol)
 
     inexact = {s["slot"] for s in task["slots"] if s.get("isolated_parity") is False}
     for n in launches:
         _finish_gate(res["slots"][n], n, sets, sampled[n], observer, t, launches, port, refs, use_device,
-                     graphs=bool(res.get("cuda_graph")), aa=task.get("aa_slot"), inexact=n in inexact)
+                     graphs=bool(res.get("cuda_graph")), aa=task.get("aa_slot"), inexact=n in inexact, peers=peers)
     return res
 
 
 def _names_gate(n: str, launches: dict, port: str, refs: list[str], dev_names: list[str], host_names: list[str],
-                use_device: bool) -> dict:
-    """Slot n's kernel-name gate from what the profiler saw (device kernels on a GPU, host ops on a CPU)."""
+                use_device: bool, peers: list[str] = ()) -> dict:
+    """Slot n's kernel-name gate from what the profiler saw (device kernels on a GPU, host ops on a CPU).
+
+    Peers (the tuner's candidates) run the port's own kernel with other configs: they and the port
+    are checked against the references, the references against the port and every peer."""
     launch = launches[n]
     host_rx = (launch.describe or {}).get("expect_host_ops")
-    vs = [port] if n != port else refs
+    vs = refs if (n == port or n in peers) else [port, *peers]
 
     def rx(k: str, device: bool) -> str | None:
         h = (launches[k].describe or {}).get("expect_host_ops")
@@ -381,7 +402,8 @@ def _names_gate(n: str, launches: dict, port: str, refs: list[str], dev_names: l
 
 
 def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: Any, t: dict | None, launches: dict,
-                 port: str, refs: list[str], use_device: bool, graphs: bool, aa: str | None, inexact: bool = False) -> None:
+                 port: str, refs: list[str], use_device: bool, graphs: bool, aa: str | None, inexact: bool = False,
+                 peers: list[str] = ()) -> None:
     """Fold the checks made around slot n's calls into its integrity gate (what the artifact shows)."""
     gate = slot.setdefault("integrity", {"name": f"slot_integrity:{n}", "passed": False, "reason": "not checked"})
     problems = []
@@ -411,10 +433,10 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
         if n in observer.errors:
             problems.append(observer.errors[n])
         elif rounds:
-            og = _names_gate(n, launches, port, refs, dev, host, use_device)
+            og = _names_gate(n, launches, port, refs, dev, host, use_device, peers)
             if not og["passed"]:
                 problems.append(f"in timed round(s) {rounds} profiled in place: {og['reason']}")
-        if n == port and use_device and not graphs and "slowdown" in obs:
+        if (n == port or n in peers) and use_device and not graphs and "slowdown" in obs:
             ref = aa if aa in launches else next(iter(refs), None)
             ref_obs = t["observed"].get(ref) or []
             if ref and ref_obs and t["samples"].get(ref):

@@ -9,10 +9,12 @@ from skillrun.kb import expr
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import check_regex, compile_card_regex
+from skillrun.kb.tunable import lint_tunable
 from skillrun.models import DEVICE_KEYS, SHAPE_KEYS
 from skillrun.names import MAX_NAME_LEN
 from skillrun.refs import check_module, check_ref
 from skillrun.select import select_recipe
+from skillrun.tune.artifact import is_tuning_artifact, load_tuning_artifact
 
 __all__ = ["LintReport", "check_regex", "lint", "lint_card"]
 
@@ -157,6 +159,7 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
     for i, art in enumerate((card.data.get("validation", {}).get("artifacts", []) or []) if evidence else []):
         if not (index.root / art).exists():
             _err(errors, card, f"validation.artifacts.{i}", f"artifact {art!r} does not exist")
+    errors += lint_tunable(card)
     return errors
 
 
@@ -172,9 +175,18 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
     n_art = 0
     if vdir.is_dir():
         from skillrun.evidence import build_index
+        from skillrun.validation import artifact_files
 
+        # Tuning artifacts (validation/_tuning/) have their own schema; every other file is evidence.
+        for path in artifact_files(vdir):
+            if is_tuning_artifact(path, vdir):
+                n_art += 1
+                try:
+                    load_tuning_artifact(path)
+                except SkillRunError as exc:
+                    rep.errors.append(exc)
         ev = build_index(index, [vdir])
-        n_art = len(ev.entries)
+        n_art += len(ev.entries)
         for e in ev.invalid_entries():
             rep.errors.append(SkillRunError(e.error or "not a validation artifact", path=str(e.abs_path)))
         # A card may cite an older run (as history), but never without the run that replaced it.

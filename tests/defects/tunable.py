@@ -1,0 +1,95 @@
+"""A tunable toy port for the tuner tests, with one seeded tuner defect per config, and a fake timer.
+
+``tile`` picks the behaviour (the incumbent recipe uses 16):
+
+====  =====================================================================
+tile  what the candidate does
+====  =====================================================================
+16    correct, cost 1.0 (the incumbent)
+32    correct, cost 0.99: wins only by noise (the fake A/A floor is ~2.9%)
+64    correct, cost 0.70: the real winner
+8     cost 0.2 but 5% off: fast and wrong (must fail parity, never win)
+48    raises at build time (must be kept as "raised", never a loss)
+96    segfaults at build time (a GPU fault's stand-in) -> "crashed"
+128   kills the worker running it (SKILLRUN_LANE_PID) -> "worker_died"
+====  =====================================================================
+
+The fake timer reports the cost the last launch declared: timing decisions become deterministic,
+and no test depends on how fast this machine is.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from defects.kernels import _honest, _port
+
+CONFIG_SCHEMA = {"type": "object", "additionalProperties": False,
+                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 96, 128]}}}
+COST = {"16": 1.0, "32": 0.99, "64": 0.7, "8": 0.2}
+LAST = {"ms": 1.0}
+
+
+def build(shape: dict, config: dict, device: str):
+    tile = int((config or {}).get("tile", 16))
+    if tile == 48:
+        raise ValueError("tile=48 does not divide the warp layout (seeded: a candidate that raises)")
+    if tile == 96:
+        import ctypes
+
+        ctypes.string_at(0)  # seeded: the candidate's process dies (SIGSEGV)
+    if tile == 128:
+        pid = os.environ.get("SKILLRUN_LANE_PID")
+        if not pid:
+            raise RuntimeError("tile=128 kills its worker, and there is none here")
+        os.kill(int(pid), signal.SIGKILL)  # seeded: the worker process dies under this candidate
+        os._exit(3)
+    cost = COST.get(str(tile), 1.2)
+    wrong = tile == 8
+
+    def body(p, out):
+        res = _honest(p["a"], p["b"])
+        out.copy_(res * 1.05 if wrong else res)
+        LAST["ms"] = cost
+        return out
+
+    return _port(f"tunable_t{tile}", body)
+
+
+class FakeTimer:
+    """Each launch "takes" its kernel's declared cost; the A/A copy always reads 6% slow.
+
+    The copy is the same callable as its slot, so it is the callable measured twice between two
+    syncs. The harness appends the copy after every slot and launches a round in slot order when
+    the round's index is even, reversed when odd: the copy is the second of the two launches in
+    even rounds and the first in odd ones. Rounds are the sync windows that measured something
+    (timed and observed rounds; warm-up and other syncs measure nothing), and reads happen after
+    the window's sync, so the slow reading can be given to the right launch once both are seen.
+    """
+
+    method = "fake timer (tests): each launch reports its kernel's declared cost"
+
+    def __init__(self) -> None:
+        self.rounds = 0  # sync windows in which something was measured
+        self.window: list[tuple[int, list[float]]] = []  # (id(fn), [ms]) in launch order
+
+    def measure(self, fn):
+        LAST["ms"] = 1.0  # a kernel that declares no cost (the baseline) "takes" 1.0
+        fn()
+        cell = [LAST["ms"]]
+        self.window.append((id(fn), cell))
+        return lambda: cell[0]
+
+    def sync(self) -> None:
+        if self.window:
+            ids = [i for i, _ in self.window]
+            for fid in {i for i in ids if ids.count(i) == 2}:
+                cells = [c for i, c in self.window if i == fid]
+                copy = cells[1] if self.rounds % 2 == 0 else cells[0]
+                copy[0] *= 1.06
+            self.rounds += 1
+        self.window = []
+
+
+def fake(device: str) -> FakeTimer:
+    return FakeTimer()
