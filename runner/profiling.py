@@ -25,6 +25,10 @@ from typing import Iterator
 CONTROLLER_KEY = "_skillrun_profile_controller"
 
 
+# `skill-run e2e` registers its routing controller under this name (runner/e2e/child.py).
+E2E_KEY = "_skillrun_e2e_controller"
+
+
 def _controller():
     return sys.modules.get(CONTROLLER_KEY)
 
@@ -40,9 +44,22 @@ def step() -> None:
     Step k is the work between the k-th and (k+1)-th call (counting from 0), so calling this at
     the end of each loop iteration makes step k = iteration k.
     """
+    e2e = sys.modules.get(E2E_KEY)
+    if e2e is not None:
+        e2e.step()
     ctl = _controller()
     if ctl is not None:
         ctl.step()
+
+
+def save_output(name: str, tensor) -> None:
+    """Hand a result tensor to `skill-run e2e`, which compares it between the as-is and the routed
+    runs within the card's tolerance (a no-op otherwise). Call it once per result you care about
+    (e.g. the final logits); repeated names are kept as name#1, name#2, ...
+    """
+    e2e = sys.modules.get(E2E_KEY)
+    if e2e is not None:
+        e2e.save_output(name, tensor)
 
 
 @contextmanager
