@@ -356,6 +356,7 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="Artifact
 def main() -> None:
     # Subcommands registered in other modules (profile, agent, mcp) attach themselves here.
     from skillrun import cli_extra  # noqa: F401
+    from skillrun.cli_e2e import register as _register_e2e; _register_e2e(app)  # noqa: E702 - `skill-run e2e`
 
     app()
 
