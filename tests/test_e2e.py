@@ -1,0 +1,211 @@
+"""`skill-run e2e` on the CPU: a tiny per-batch row-wise workload (tests/e2e_workloads/rowwise_loop.py)
+run as-is and with the Triton port routed in through the Triton interpreter, plus the bad cases.
+The route modules' argument mappings are checked in-process against the fp32 oracles.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from skillrun import api
+from skillrun.e2e import child
+from skillrun.e2e.spec import build_spec
+from skillrun.errors import SkillRunError
+from skillrun.models import Plan, PlanItem
+from skillrun.validation import load_artifact
+
+HERE = Path(__file__).resolve().parent
+WORKLOAD = str(HERE / "e2e_workloads" / "rowwise_loop.py")
+ROWWISE = "triton_fp8_rowwise_batched_gemm_sm90"
+PORT = "skillrun_kernels.fp8_rowwise_batched_gemm.triton_sm90:build"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return api.load_index()
+
+
+def _plan(index, kernel_ref=PORT, shape=None, backend="triton") -> Plan:
+    card = index.skill(ROWWISE)
+    item = PlanItem(skill_id=card.id, kernel="nvjet_sm90_qqtst_128x128_ovscale", pct_gpu=80.0,
+                    shape=shape or {"batch": 2, "M": 16, "N": 32, "K": 64}, recipe=card.recipes[0].name,
+                    kernel_ref=kernel_ref, backend=backend, config={"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1},
+                    tolerance=card.tolerance, expected_speedup=1.5, projected_e2e_gain_pct=round(80 * (1 - 1 / 1.5), 4))
+    return Plan(profile="synthetic", arch="sm_90", items=[item])
+
+
+def _e2e(index, plan, mode="ok", **kw):
+    return api.e2e(["python", WORKLOAD, "--iters", "2", "--mode", mode], index=index, plan=plan, backend="cpu",
+                   alternations=1, **kw)
+
+
+def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index, tmp_path):
+    from skillrun.e2e import record as record_mod
+
+    rec = _e2e(index, _plan(index), write=False)
+    # 2 batches x 2 iterations: every call routed in B, and A saw the same calls (observe-only).
+    assert rec["routing"]["routed_calls_per_run"] == [4]
+    assert rec["routing"]["routable_calls_per_run_a"] == [4]
+    assert rec["cards"][0]["id"] == ROWWISE and rec["card_ids"] == [ROWWISE]
+    assert rec["cards"][0]["items"][0]["routed_calls"] == [4]
+    assert rec["outputs"]["method"] == "saved_tensors" and rec["outputs"]["passed"] is True
+    assert rec["outputs"]["compared"][0]["name"] == "y" and rec["outputs"]["compared"][0]["rel_fro"] < 0.01
+    assert rec["verdict"]["outputs"] == "passed"
+    w = rec["measured"]["wall"]
+    assert w["basis"] == "step" and len(w["a"]["runs_ms"]) == 1 and len(w["aa_pair_ms"]) == 2
+    assert rec["projection"]["gain_pct"] == pytest.approx(26.6667, abs=1e-3)
+    path = record_mod.write_record(rec, tmp_path)
+    assert path.parent == tmp_path / "e2e" and path.name.endswith("_e2e.yaml")
+    back = load_artifact(path)  # validated against schemas/e2e.schema.json by its kind
+    assert back["kind"] == "e2e_validation" and back["measured"]["wall"]["gain_pct"] == w["gain_pct"]
+    second = record_mod.write_record(rec, tmp_path)
+    assert second != path and path.exists()  # never overwrites
+
+
+def test_output_check_catches_a_port_that_changes_the_result(index):
+    rec = _e2e(index, _plan(index, kernel_ref="wrong_port:build_wrong"), write=False)
+    assert rec["routing"]["routed_calls_per_run"] == [4]
+    assert rec["outputs"]["passed"] is False and rec["verdict"]["outputs"] == "failed"
+    assert "outside rtol" in rec["outputs"]["error"]
+
+
+def test_workload_failing_in_both_arms_shows_both_exit_codes(index, tmp_path):
+    with pytest.raises(SkillRunError) as exc:
+        _e2e(index, _plan(index), mode="fail", write=True)
+    msg = str(exc.value)
+    assert "arm A (as-is) exited with code 3" in msg and "arm B (routed) exited with code 3" in msg
+
+
+def test_a_raising_routed_kernel_fails_the_arm_and_writes_nothing(index, tmp_path, monkeypatch):
+    from skillrun.kb import paths
+
+    before = set((paths.kb_root() / "validation").rglob("*.yaml"))
+    with pytest.raises(SkillRunError) as exc:
+        _e2e(index, _plan(index, kernel_ref="wrong_port:build_raises"), write=True)
+    msg = str(exc.value)
+    assert "arm A (as-is) exited with code 0" in msg and "arm B (routed) exited with code 1" in msg
+    assert "wrong_port:build_raises" in msg and "boom" in msg
+    assert set((paths.kb_root() / "validation").rglob("*.yaml")) == before
+
+
+def test_zero_routed_calls_is_an_error_naming_the_shapes_seen(index):
+    with pytest.raises(SkillRunError) as exc:
+        _e2e(index, _plan(index), mode="none", write=False)
+    msg = str(exc.value)
+    assert "no call was routed" in msg and "M=32,N=32,K=64" in msg and "M=16,N=32,K=64" in msg
+
+
+def test_torch_compile_is_said_plainly_with_the_count(index):
+    with pytest.raises(SkillRunError) as exc:
+        _e2e(index, _plan(index), mode="compile", write=False)
+    msg = str(exc.value)
+    assert "torch.compile" in msg and "4 call(s) of the routed ops came from compiled code" in msg
+
+
+def test_spec_leaves_out_items_that_cannot_be_routed_here(index):
+    plan = _plan(index)
+    flydsl = plan.items[0].model_copy(update={"backend": "flydsl"})
+    moe = index.skill("triton_moe_a16wi4_sm90")
+    unresolved = PlanItem(skill_id=moe.id, kernel="k", pct_gpu=1.0, status="unresolved_shape")
+    spec = build_spec(Plan(profile="p", arch="sm_90", items=[plan.items[0], flydsl, unresolved]), index, ("triton", "torch"))
+    assert [it["card"] for it in spec.items] == [ROWWISE]
+    assert spec.items[0]["route"] == "skillrun_kernels.fp8_rowwise_batched_gemm.route"
+    reasons = " | ".join(s["reason"] for s in spec.skipped)
+    assert "flydsl port does not run" in reasons and "not planned (unresolved_shape)" in reasons
+
+
+def test_nothing_routable_is_an_error(index):
+    plan = _plan(index)
+    plan.items[0].backend = "flydsl"
+    with pytest.raises(SkillRunError) as exc:
+        _e2e(index, plan, write=False)
+    assert "nothing to route" in str(exc.value) and exc.value.exit_code == 4
+
+
+def test_plan_file_errors_name_the_file(index, tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"items": [{"skill_id": 3}]}')
+    with pytest.raises(SkillRunError) as exc:
+        api.load_plan(bad)
+    assert str(bad) in str(exc.value) and exc.value.exit_code == 3
+    good = tmp_path / "good.json"
+    good.write_text(_plan(index).model_dump_json())
+    assert api.load_plan(good).items[0].skill_id == ROWWISE
+
+
+# ------------------------------------------------------------------------------------------------
+# Route modules: the op's arguments mapped to the problem's inputs (checked against the oracle)
+
+
+def _controller(items):
+    ctl = child.Controller({"items": items}, "B", "", "")
+    ctl.load_routes()
+    return ctl
+
+
+def test_blockscale_route_maps_scaled_mm_arguments_to_the_problem():
+    from skillrun_kernels.fp8_blockscale_gemm import problem
+
+    shape = {"M": 8, "N": 256, "K": 256}
+    x = problem.make_inputs(shape, seed=int.from_bytes(os.urandom(2), "little"))
+    items = [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.fp8_blockscale_gemm.route", "shape": shape,
+              "kernel_ref": "skillrun_kernels.fp8_blockscale_gemm.references:build_oracle", "config": {}}]
+    ctl = _controller(items)
+    mode = child._make_mode(ctl, ctl.aten_watch())
+    # The call as a user writes it: b is the (N, K) weight transposed, scale_b the weight scales transposed.
+    sa = x["a_scale"].t().contiguous().t()
+    with mode:
+        y = torch._scaled_mm(x["a"], x["b"].t(), scale_a=sa, scale_b=x["b_scale"].t(), out_dtype=torch.bfloat16)
+        # Tensor-wise scales are not this problem: passed through (and run by torch's CPU kernel).
+        torch._scaled_mm(x["a"], x["b"].t(), scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0), out_dtype=torch.bfloat16)
+    ref = problem.oracle(x)
+    assert y.dtype == torch.bfloat16 and y.shape == (8, 256)
+    assert float((y.float() - ref).norm() / ref.norm()) < 5e-3
+    assert ctl.item_calls == {"i0": 1}
+    assert [r for (_op, r) in ctl.passed] == ["scales are not block-wise 1x128 x 128x128 fp32"]
+
+
+def test_rowwise_route_returns_the_out_tensor_and_counts_other_shapes():
+    items = [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.fp8_rowwise_batched_gemm.route",
+              "shape": {"batch": 16, "M": 4, "N": 32, "K": 64},
+              "kernel_ref": "skillrun_kernels.fp8_rowwise_batched_gemm.references:build_oracle", "config": {}}]
+    ctl = _controller(items)
+    g = torch.Generator().manual_seed(1)
+    a = (torch.randn(4, 64, generator=g) * 10).to(torch.float8_e4m3fn)
+    w = (torch.randn(32, 64, generator=g) * 10).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(4, 1, generator=g) + 0.5, torch.rand(1, 32, generator=g) + 0.5
+    out = torch.empty(4, 32, dtype=torch.bfloat16)
+    with child._make_mode(ctl, ctl.aten_watch()):
+        got = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=out)
+        torch._scaled_mm(a[:2], w.t(), scale_a=sa[:2], scale_b=sb, out_dtype=torch.bfloat16)  # M=2: not planned
+    ref = (a.float() @ w.float().t()) * sa * sb
+    assert got is out
+    assert float((out.float() - ref).norm() / ref.norm()) < 5e-3
+    assert ctl.item_calls == {"i0": 1}
+    assert ctl.unplanned_shapes == {("aten::_scaled_mm", "batch=1,M=2,N=32,K=64"): 1}
+
+
+def test_moe_route_wraps_the_baseline_layer_and_reuses_packed_weights(monkeypatch):
+    from skillrun_kernels.moe_a16wi4 import problem, references
+
+    shape = {"tokens": 4, "model_dim": 64, "inter_dim": 32, "experts": 4, "topk": 2, "group_size": 32}
+    items = [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.moe_a16wi4.route", "shape": shape,
+              "kernel_ref": "skillrun_kernels.moe_a16wi4.references:build_oracle", "config": {}}]
+    monkeypatch.setattr(references, "build_dequant_grouped_bf16", references.build_dequant_grouped_bf16)  # restored after
+    ctl = _controller(items)
+    ctl.patch_python_targets()
+    launch = references.build_dequant_grouped_bf16(shape, {}, "cpu")
+    x = problem.make_inputs(shape, 0, "cpu")
+    out = problem.output_like(shape, "cpu")
+    y = launch.run(launch.prepare(x), out)
+    ref = problem.oracle(x)
+    assert float((y.float() - ref).norm() / ref.norm()) < 1e-2
+    x2 = dict(x, x=torch.randn(4, 64).to(torch.bfloat16))
+    launch.run(launch.prepare(x2), out)
+    assert ctl.item_calls == {"i0": 2}
+    assert len(ctl._prepared) == 1  # the same weights: prepared once, the activations refreshed
+    ref2 = problem.oracle(x2)
+    assert float((out.float() - ref2).norm() / ref2.norm()) < 1e-2
