@@ -129,11 +129,13 @@ def e2e(command: list[str], *, index: SkillIndex, plan: Plan | None = None, plan
         profile: str | Path | None = None, arch: str | None = None, shapes: list[str] | list[dict[str, int]] | None = None,
         backend: str | None = None, alternations: int = 5, skip_steps: int = 1, check: str | None = None,
         gpu_time: bool | None = None, timeout: float | None = None, write: bool = True,
-        command_line: str | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        command_line: str | None = None, progress: Callable[[str], None] | None = None,
+        include_slower: bool = False) -> dict[str, Any]:
     """Rerun a workload as-is and with the planned ports routed in; the e2e record (written unless write=False).
 
     The plan comes from exactly one of ``plan``, ``plan_file`` (JSON) or ``profile`` (a trace, analysed
-    like ``skill-run --profile``, ``shapes`` filling what the trace cannot give).
+    like ``skill-run --profile``, ``shapes`` filling what the trace cannot give). Items whose card expects a
+    slowdown are left out unless ``include_slower``.
     """
     from skillrun.e2e.run import run_e2e
     from skillrun.errors import UsageError
@@ -148,4 +150,4 @@ def e2e(command: list[str], *, index: SkillIndex, plan: Plan | None = None, plan
         plan, source = analyze(profile, index=index, arch=arch, shapes=shapes).plan, str(profile)
     return run_e2e(list(command), plan, index, backend=backend, alternations=alternations, skip_steps=skip_steps,
                    check_cmd=check, gpu_time=gpu_time, timeout=timeout, plan_source=source, command_line=command_line,
-                   write=write, progress=progress)
+                   write=write, progress=progress, include_slower=include_slower)

@@ -40,6 +40,8 @@ def register(app: typer.Typer) -> None:
                                             "$SKILLRUN_E2E_A_DIR/$SKILLRUN_E2E_B_DIR; exit 0 = same)."),
         gpu_time: Optional[bool] = typer.Option(None, "--gpu-time/--no-gpu-time", help="One profiled run per arm for GPU "
                                                 "kernel time (default: when the workload used the GPU)."),
+        include_slower: bool = typer.Option(False, "--include-slower", help="Also route shapes where the card expects "
+                                            "the port to be slower (the plan keeps their baseline)."),
         backend: Optional[str] = typer.Option(None, "--backend", help="cuda | rocm | cpu (default: the device present)."),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds one run may take."),
         no_write: bool = typer.Option(False, "--no-write", help="Do not write the e2e record."),
@@ -49,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
         rec = api.e2e(list(command), index=cli._index(), plan_file=plan, profile=profile, arch=arch, shapes=shape,
                       backend=backend, alternations=alternations, skip_steps=skip_steps, check=check, gpu_time=gpu_time,
-                      timeout=timeout, write=not no_write, command_line=cli._command_line(),
+                      timeout=timeout, write=not no_write, command_line=cli._command_line(), include_slower=include_slower,
                       progress=None if as_json else (lambda msg: cli.err.print(f"[dim]{msg}[/]")))
         if as_json:
             cli._emit_json(rec)

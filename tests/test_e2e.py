@@ -115,6 +115,11 @@ def test_spec_leaves_out_items_that_cannot_be_routed_here(index):
     assert spec.items[0]["route"] == "skillrun_kernels.fp8_rowwise_batched_gemm.route"
     reasons = " | ".join(s["reason"] for s in spec.skipped)
     assert "flydsl port does not run" in reasons and "not planned (unresolved_shape)" in reasons
+    # A shape where the card expects a slowdown keeps its baseline unless asked.
+    slower = Plan(profile="p", arch="sm_90", items=[plan.items[0].model_copy(update={"expected_speedup": 0.8})])
+    assert build_spec(slower, index, ("triton",)).items == []
+    assert "expects 0.80x" in build_spec(slower, index, ("triton",)).skipped[0]["reason"]
+    assert len(build_spec(slower, index, ("triton",), include_slower=True).items) == 1
 
 
 def test_nothing_routable_is_an_error(index):

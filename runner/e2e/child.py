@@ -48,8 +48,9 @@ def _shape_text(shape: dict) -> str:
 
 
 class Controller:
-    def __init__(self, spec: dict, arm: str, status_path: str, outputs_dir: str):
+    def __init__(self, spec: dict, arm: str, status_path: str, outputs_dir: str, save: bool = True):
         self.arm = arm
+        self.save = save and bool(outputs_dir)  # only the runs the parent compares keep their tensors
         self.routing = arm == "B"
         self.status_path = status_path
         self.outputs_dir = outputs_dir
@@ -64,6 +65,7 @@ class Controller:
         self.unplanned_shapes: dict[tuple[str, str], int] = {}
         self.errors: list[str] = []
         self.outputs: list[dict] = []
+        self.outputs_not_kept = 0
         self.notes: list[str] = []
         self.compile_wrapped = 0
         self.compiled_calls = 0
@@ -216,6 +218,9 @@ class Controller:
         if torch is None or not isinstance(tensor, torch.Tensor):
             raise TypeError(f"save_output({name!r}, ...) needs a torch.Tensor, got {type(tensor).__name__}")
         with self.lock:
+            if not self.save:
+                self.outputs_not_kept += 1
+                return
             if len(self.outputs) >= MAX_OUTPUTS:
                 if len(self.outputs) == MAX_OUTPUTS:
                     self.notes.append(f"more than {MAX_OUTPUTS} outputs saved; the rest were not kept")
@@ -284,7 +289,7 @@ class Controller:
             "item_calls": self.item_calls,
             "passed": [{"op": op, "reason": r, "calls": n} for (op, r), n in sorted(self.passed.items())],
             "unplanned_shapes": [{"op": op, "shape": s, "calls": n} for (op, s), n in sorted(self.unplanned_shapes.items())][:20],
-            "errors": self.errors, "notes": self.notes, "outputs": self.outputs, "launches": self.launch_info[:50],
+            "errors": self.errors, "notes": self.notes, "outputs": self.outputs, "outputs_not_kept": self.outputs_not_kept, "launches": self.launch_info[:50],
             "dynamo_frames": self._dynamo_frames(),
             "compile": {"wrapped": self.compile_wrapped, "calls": self.compiled_calls, "routable_calls_inside": self.calls_in_compiled},
             "cuda_graphs": {"captures": self.graph_captures, "replays": self.graph_replays, "calls_in_capture": self.routed_in_capture},
@@ -361,7 +366,7 @@ def install(cfg: dict[str, str]) -> Controller:
 
     with open(cfg["spec"]) as fh:
         spec = json.load(fh)
-    ctl = Controller(spec, cfg.get("arm", "A"), cfg.get("status", ""), cfg.get("outputs", ""))
+    ctl = Controller(spec, cfg.get("arm", "A"), cfg.get("status", ""), cfg.get("outputs", ""), save=cfg.get("save", "1") == "1")
     sys.modules[CONTROLLER_KEY] = ctl  # type: ignore[assignment]
     atexit.register(ctl.finish)
     ctl.write_status()  # early: the parent knows the hook ran even if the process dies later

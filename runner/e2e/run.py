@@ -131,7 +131,8 @@ def _kernel_calls(profile, regex: str | None) -> int:
 def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | None = None, alternations: int = 5,
             skip_steps: int = 1, check_cmd: str | None = None, gpu_time: bool | None = None, timeout: float | None = None,
             plan_source: str | None = None, command_line: str | None = None, write: bool = True,
-            out_root: Path | None = None, progress: Progress | None = None, keep_runs: Path | None = None) -> dict[str, Any]:
+            out_root: Path | None = None, progress: Progress | None = None, keep_runs: Path | None = None,
+            include_slower: bool = False) -> dict[str, Any]:
     """Run the arms, check and measure; return the e2e record (written under validation/e2e/ if ``write``)."""
     from skillrun.execute.backends import make_backend
 
@@ -143,7 +144,7 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
     if skip_steps < 0:
         raise UsageError(f"--skip-steps must be >= 0, got {skip_steps}", field="--skip-steps")
     be = make_backend(backend)
-    spec = build_spec(plan, index, be.runs)
+    spec = build_spec(plan, index, be.runs, include_slower=include_slower)
     if not spec.items:
         why = "; ".join(f"{s['card']} {s.get('shape')}: {s['reason']}" for s in spec.skipped[:4]) or "the plan is empty"
         raise SkillRunError(f"nothing to route: no plan item can be routed here ({why})", exit_code=4)
@@ -155,9 +156,11 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps(spec.to_json()))
 
+        compared = {"A1", "B1", "AA2"}  # the runs whose saved tensors the output check reads
+
         def arm(a: str, label: str) -> ArmRun:
             say(f"run {label} ({'routed' if a == 'B' else 'as-is'})")
-            return run_arm(cmd, a, label, tmp, spec_path, base_env, extra_env, timeout)
+            return run_arm(cmd, a, label, tmp, spec_path, base_env, extra_env, timeout, save=label in compared)
 
         wa, wb = arm("A", "warmup-A"), arm("B", "warmup-B")
         _check_hook(cmd, wa)
@@ -186,7 +189,7 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
         from skillrun.e2e.outputs import check_outputs
         from skillrun.e2e.record import build_record, write_record
 
-        outputs = check_outputs(timed_a[0], timed_b[0], aa2 if timed_a[0] is not aa2 else aa1, spec.items, check_cmd, base_env)
+        outputs = check_outputs(timed_a[0], timed_b[0], aa2, spec.items, check_cmd, base_env)
         measured = _measure(timed_a, timed_b, aa1, aa2, skip_steps, prof_a, prof_b, spec)
         rec = build_record(cmd=cmd, spec=spec, index=index, be=be, plan=plan, plan_source=plan_source,
                            command_line=command_line, warm=(wa, wb), timed_a=timed_a, timed_b=timed_b, aa=(aa1, aa2),

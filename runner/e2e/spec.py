@@ -1,8 +1,9 @@
 """Which plan items an e2e run routes, and the routing spec the workload's hook reads.
 
-A plan item is routable when it is planned (a recipe for a resolved shape), its card's problem
-family has a ``route`` module beside its ``problem`` module (kernels/<family>/route.py), and its
-recipe backend runs on this machine. Every other item is listed with the reason it is left out.
+A plan item is routable when it is planned (a recipe for a resolved shape), the card expects it to
+pay off (or ``include_slower``), its card's problem family has a ``route`` module beside its
+``problem`` module (kernels/<family>/route.py), and its recipe backend runs on this machine.
+Every other item is listed with the reason it is left out.
 """
 from __future__ import annotations
 
@@ -29,12 +30,17 @@ def route_module_of(problem_module: str) -> str:
     return f"{head}.route" if head else "route"
 
 
-def build_spec(plan: Plan, index: SkillIndex, runs_here: tuple[str, ...]) -> RouteSpec:
+def build_spec(plan: Plan, index: SkillIndex, runs_here: tuple[str, ...], include_slower: bool = False) -> RouteSpec:
+    """``include_slower``: also route items whose card expects a slowdown (the plan keeps their baseline)."""
     spec = RouteSpec()
     for n, it in enumerate(plan.items):
         where = {"card": it.skill_id, "shape": it.shape, "recipe": it.recipe}
         if it.status != "planned" or not it.recipe or not it.kernel_ref or not it.shape:
             spec.skipped.append({**where, "reason": f"not planned ({it.status}): " + "; ".join(it.notes[:2])})
+            continue
+        if not include_slower and it.expected_speedup is not None and it.expected_speedup < 1.0:
+            spec.skipped.append({**where, "reason": f"the card expects {it.expected_speedup:.2f}x here, so the plan keeps the "
+                                                    "baseline (route it anyway with --include-slower)"})
             continue
         card = index.skill(it.skill_id)
         route = route_module_of(card.references["problem"])
