@@ -214,3 +214,29 @@ def test_moe_route_wraps_the_baseline_layer_and_reuses_packed_weights(monkeypatc
     assert len(ctl._prepared) == 1  # the same weights: prepared once, the activations refreshed
     ref2 = problem.oracle(x2)
     assert float((out.float() - ref2).norm() / ref2.norm()) < 1e-2
+
+
+def test_cli_e2e_needs_exactly_one_plan_source(tmp_path):
+    from typer.testing import CliRunner
+
+    from skillrun.cli import app
+    from skillrun.cli_e2e import register
+
+    register(app)
+    res = CliRunner().invoke(app, ["e2e", "--", "python", WORKLOAD])
+    assert res.exit_code == 2 and "exactly one of --profile TRACE or --plan" in res.output
+    missing = tmp_path / "nope.json"
+    res = CliRunner().invoke(app, ["e2e", "--plan", str(missing), "--", "python", WORKLOAD])
+    assert res.exit_code == 3 and "cannot read the plan" in res.output
+
+
+def test_a_malformed_e2e_record_is_rejected_by_its_own_schema(index, tmp_path):
+    from skillrun.e2e import record as record_mod
+    from skillrun.validation import validate_record
+
+    with pytest.raises(SkillRunError) as exc:
+        validate_record({"kind": "e2e_validation", "schema_version": 1})
+    assert "e2e.schema.json" in str(exc.value)
+    with pytest.raises(SkillRunError):
+        record_mod.write_record({"kind": "e2e_validation", "schema_version": 1, "created": "x"}, tmp_path)
+    assert not (tmp_path / "e2e").exists() or not any((tmp_path / "e2e").iterdir())
