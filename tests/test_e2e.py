@@ -240,3 +240,40 @@ def test_a_malformed_e2e_record_is_rejected_by_its_own_schema(index, tmp_path):
     with pytest.raises(SkillRunError):
         record_mod.write_record({"kind": "e2e_validation", "schema_version": 1, "created": "x"}, tmp_path)
     assert not (tmp_path / "e2e").exists() or not any((tmp_path / "e2e").iterdir())
+
+
+_BLOCKSCALE_PORT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import interp_fixups  # noqa: F401  (bf16 fixes for the interpreter)
+import torch
+from skillrun.e2e import child
+from skillrun_kernels.fp8_blockscale_gemm import problem
+shape = {"M": 64, "N": 256, "K": 256}
+x = problem.make_inputs(shape, int(sys.argv[2]))
+items = [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.fp8_blockscale_gemm.route", "shape": shape,
+          "kernel_ref": "skillrun_kernels.fp8_blockscale_gemm.triton_sm90:build",
+          "config": {"BM": 64, "BN": 128, "num_warps": 4, "stages": 3, "persistent": False, "tma": False}}]
+ctl = child.Controller({"items": items}, "B", "", "")
+ctl.load_routes()
+with child._make_mode(ctl, ctl.aten_watch()):
+    y = torch._scaled_mm(x["a"], x["b"].t(), scale_a=x["a_scale"].t().contiguous().t(), scale_b=x["b_scale"].t(),
+                         out_dtype=torch.bfloat16)
+ref = problem.oracle(x)
+print(json.dumps({"rel": float((y.float() - ref).norm() / ref.norm()), "calls": ctl.item_calls,
+                  "kernel": ctl.launch_info[0]["expect_kernels"]}))
+"""
+
+
+def test_blockscale_call_routed_into_the_triton_port_in_the_interpreter():
+    import json
+    import subprocess
+    import sys
+
+    seed = int.from_bytes(os.urandom(2), "little")
+    proc = subprocess.run([sys.executable, "-c", _BLOCKSCALE_PORT, str(HERE), str(seed)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["calls"] == {"i0": 1} and res["kernel"] == "_fp8_blockscale_gemm_sm90"
+    assert res["rel"] < 5e-3, f"seed {seed}: rel err {res['rel']}"

@@ -103,7 +103,7 @@ def _arm_block(runs: list[ArmRun], skip_steps: int) -> dict[str, Any]:
     vals = [_run_value(r, skip_steps)[0] for r in runs]
     return {"runs_ms": [round(v, 6) for v in vals], "median_ms": round(_median(vals), 6),
             "min_ms": round(min(vals), 6), "max_ms": round(max(vals), 6),
-            "steps_per_run": [len(r.status.get("step_s") or []) + (1 if r.status.get("steps") else 0) for r in runs]}
+            "steps_per_run": [int(r.status.get("steps") or 0) for r in runs]}
 
 
 def _gpu_kernel_ms(run: ArmRun, skip_steps: int) -> tuple[float | None, dict[str, Any]]:
@@ -164,6 +164,7 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
 
         wa, wb = arm("A", "warmup-A"), arm("B", "warmup-B")
         _check_hook(cmd, wa)
+        _check_hook(cmd, wb)
         _fail_arms(cmd, wa, wb)
         _compile_error(wa, wb)
         _zero_routed(cmd, spec, wb)
@@ -175,7 +176,6 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
             timed_b.append(rb)
         aa1, aa2 = arm("A", "AA1"), arm("A", "AA2")
         _fail_arms(cmd, aa1, aa2)
-        _fail_arms(cmd, aa1, timed_b[-1])
 
         use_gpu = gpu_time if gpu_time is not None else bool(wa.status.get("cuda_used"))
         prof_a = prof_b = None
