@@ -277,3 +277,26 @@ def test_blockscale_call_routed_into_the_triton_port_in_the_interpreter():
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["calls"] == {"i0": 1} and res["kernel"] == "_fp8_blockscale_gemm_sm90"
     assert res["rel"] < 5e-3, f"seed {seed}: rel err {res['rel']}"
+
+
+def test_rowwise_loop_target_rebuilds_the_batched_problem_without_copies():
+    from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references, route
+
+    shape = {"batch": 3, "M": 1, "N": 32, "K": 64}
+    x = problem.make_inputs(shape, 0, "cpu")
+    # The baseline loop's prepare (references.build_scaled_mm_loop), M padded to 16 rows.
+    xq, xs = references.pad_rows(x["xq"], x["x_scale"], 16)
+    p = {"a": [xq[b] for b in range(3)], "bt": [x["wq"][b].t() for b in range(3)],
+         "sa": [xs[b].reshape(-1, 1).contiguous() for b in range(3)], "sb": [x["w_scale"][b].reshape(1, -1).contiguous() for b in range(3)]}
+    out = problem.output_like(shape, "cpu")
+    call = route.loop_call(p, out)
+    assert call.shape == shape and call.out is out
+    for key in ("xq", "wq", "x_scale", "w_scale"):
+        assert torch.equal(call.inputs[key].float(), x[key].float()), key
+    assert call.inputs["wq"].data_ptr() == x["wq"].data_ptr()  # a view, not a copy
+    ref = problem.oracle(x)
+    y = references.build_oracle(shape, {}, "cpu").run(call.inputs, out)
+    assert float((y.float() - ref).norm() / ref.norm()) < 5e-3
+    # Views that are not evenly spaced in one tensor are not a batch.
+    p_bad = dict(p, a=[xq[0], xq[2], xq[1]])
+    assert "not views of one batched tensor" in route.loop_call(p_bad, out)

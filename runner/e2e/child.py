@@ -61,6 +61,7 @@ class Controller:
         self.lock = threading.RLock()
         # Per plan item: calls routed (B) or that would be routed (A); per (op, reason): passed through.
         self.item_calls: dict[str, int] = {it["id"]: 0 for it in self.items}
+        self.routed_by: dict[str, int] = {}  # aten op or Python target -> calls routed (B) / routable (A)
         self.passed: dict[tuple[str, str], int] = {}
         self.unplanned_shapes: dict[tuple[str, str], int] = {}
         self.errors: list[str] = []
@@ -140,6 +141,7 @@ class Controller:
                 return False, None
             capturing = self._capturing()
             self.item_calls[item["id"]] += 1
+            self.routed_by[op] = self.routed_by.get(op, 0) + 1
             if capturing:
                 self.routed_in_capture += 1
             if not self.routing:
@@ -287,6 +289,7 @@ class Controller:
             "step_s": [b - a for a, b in zip(marks, marks[1:])],
             "first_step_s": (marks[0] - self.t0) if marks else None,
             "item_calls": self.item_calls,
+            "routed_by": self.routed_by,
             "passed": [{"op": op, "reason": r, "calls": n} for (op, r), n in sorted(self.passed.items())],
             "unplanned_shapes": [{"op": op, "shape": s, "calls": n} for (op, s), n in sorted(self.unplanned_shapes.items())][:20],
             "errors": self.errors, "notes": self.notes, "outputs": self.outputs, "outputs_not_kept": self.outputs_not_kept, "launches": self.launch_info[:50],

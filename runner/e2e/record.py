@@ -59,8 +59,12 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
     # Cards none of whose items routed a call stay out of `cards` (the record does not cover them).
     covered = [c for c in cards.values() if any(max(r["routed_calls"], default=0) > 0 for r in c["items"])]
     last_b = timed_b[-1].status
-    mechanisms = sorted({"TorchDispatchMode on " + ", ".join(_aten_ops(it["route"])) if _aten_ops(it["route"])
-                         else "Python-level wrapper (" + it["route"] + ".PY_TARGETS)" for it in routed_items})
+    by: dict[str, int] = {}
+    for r in timed_b:
+        for op, n in (r.status.get("routed_by") or {}).items():
+            by[op] = by.get(op, 0) + n
+    mechanisms = sorted(f"TorchDispatchMode on {op}" if op.startswith("aten::") else f"Python-level wrapper of {op}"
+                        for op, n in by.items() if n)
     notes = list(dict.fromkeys(n for r in [wb, *timed_b] for n in (r.status.get("notes") or [])))
     graphs = last_b.get("cuda_graphs") or {}
     if graphs.get("captures"):
@@ -130,12 +134,6 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         "verdict": {"outputs": out_verdict, "speed": wall["speed"], "summary": summary},
     }
     return _clean(rec)
-
-
-def _aten_ops(route: str) -> tuple[str, ...]:
-    from skillrun.refs import module_constant
-
-    return tuple(module_constant(route, "ATEN_OPS") or ())
 
 
 def _clean(x: Any) -> Any:
