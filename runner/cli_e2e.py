@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         else:
             _print(cli, rec)
         sys.stdout.flush()
-        if rec["verdict"]["outputs"] == "failed":
+        if rec["verdict_detail"]["outputs"] == "failed":
             raise typer.Exit(EXIT_FAILURE)
 
 
@@ -81,7 +81,7 @@ def _print(cli, rec: dict) -> None:
     proj = rec["projection"]["gain_pct"]
     cli.out.print(f"  projected f·(1−1/s): {proj:+.2f}% of GPU time" if proj is not None else "  projected: —")
     o = rec["outputs"]
-    cli.out.print(f"  outputs: {rec['verdict']['outputs'].replace('_', ' ')}" + (f" ({o.get('error') or o.get('note')})" if o.get("error") or o.get("note") else ""))
+    cli.out.print(f"  outputs: {rec['verdict_detail']['outputs'].replace('_', ' ')}" + (f" ({o.get('error') or o.get('note')})" if o.get("error") or o.get("note") else ""))
     for n in rec["routing"]["notes"]:
         cli.out.print(f"  [yellow]note:[/] {n}")
     if rec.get("artifact"):

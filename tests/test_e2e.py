@@ -53,7 +53,8 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     assert rec["cards"][0]["items"][0]["routed_calls"] == [4]
     assert rec["outputs"]["method"] == "saved_tensors" and rec["outputs"]["passed"] is True
     assert rec["outputs"]["compared"][0]["name"] == "y" and rec["outputs"]["compared"][0]["rel_fro"] < 0.01
-    assert rec["verdict"]["outputs"] == "passed"
+    assert rec["verdict_detail"]["outputs"] == "passed" and rec["verdict"].startswith("e2e_")
+    assert rec["routing"]["mechanism"] == ["TorchDispatchMode on aten::_scaled_mm"]
     w = rec["measured"]["wall"]
     assert w["basis"] == "step" and len(w["a"]["runs_ms"]) == 1 and len(w["aa_pair_ms"]) == 2
     assert rec["projection"]["gain_pct"] == pytest.approx(26.6667, abs=1e-3)
@@ -63,12 +64,17 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     assert back["kind"] == "e2e_validation" and back["measured"]["wall"]["gain_pct"] == w["gain_pct"]
     second = record_mod.write_record(rec, tmp_path)
     assert second != path and path.exists()  # never overwrites
+    from skillrun.report import load_artifacts, report_table
+
+    rows = load_artifacts([tmp_path])
+    assert [r["verdict"] for r in rows] == [rec["verdict"]] * 2  # valid records, not "invalid" rows
+    report_table(rows)  # the reviewer's table takes them (one-word verdict, reason line)
 
 
 def test_output_check_catches_a_port_that_changes_the_result(index):
     rec = _e2e(index, _plan(index, kernel_ref="wrong_port:build_wrong"), write=False)
     assert rec["routing"]["routed_calls_per_run"] == [4]
-    assert rec["outputs"]["passed"] is False and rec["verdict"]["outputs"] == "failed"
+    assert rec["outputs"]["passed"] is False and rec["verdict"] == "e2e_outputs_failed"
     assert "outside rtol" in rec["outputs"]["error"]
 
 

@@ -2,7 +2,8 @@
 atomically under ``validation/e2e/`` (never overwriting), beside the isolated artifacts.
 
 A reader finds the cards it covers in ``card_ids`` (and ``cards[].id`` with each card's routed
-recipes and shapes); ``measured.wall.gain_pct`` and ``projection.gain_pct`` are the two numbers a
+recipes and shapes); ``verdict`` is one word (``e2e_*``), ``verdict_detail`` has both axes, ``reason`` the one-line
+summary; ``measured.wall.gain_pct`` and ``projection.gain_pct`` are the two numbers a
 card's ``validation.measured.e2e_pct`` can cite, with this file's path.
 """
 from __future__ import annotations
@@ -131,7 +132,9 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
                        "basis": "sum over the routed plan items of f·(1−1/s): f the item's share of the profiled GPU kernel "
                                 "time, s the card's expected isolated speedup for its recipe"},
         "outputs": outputs,
-        "verdict": {"outputs": out_verdict, "speed": wall["speed"], "summary": summary},
+        "verdict": "e2e_outputs_failed" if out_verdict == "failed" else f"e2e_{wall['speed']}",
+        "verdict_detail": {"outputs": out_verdict, "speed": wall["speed"]},
+        "reason": summary,
     }
     return _clean(rec)
 
