@@ -9,8 +9,10 @@
     with profiling.region("decode"):    # `skill-run profile --region` keeps only these regions
         model.generate(...)
 
-Outside `skill-run profile` every call here does nothing (one dict lookup), so the markers can
-stay in production code. This module imports nothing beyond the standard library: the child
+    profiling.save_output("logits", logits)   # `skill-run e2e` compares it between as-is and routed runs
+
+Under `skill-run e2e` step() also times each step. Outside those commands every call here does
+nothing (one dict lookup), so the markers can stay in production code. This module imports nothing beyond the standard library: the child
 interpreter may lack skillrun's dependencies, and the profiling hook loads a copy of this file
 when skillrun itself is not installed there.
 """
