@@ -306,3 +306,11 @@ def test_rowwise_loop_target_rebuilds_the_batched_problem_without_copies():
     # Views that are not evenly spaced in one tensor are not a batch.
     p_bad = dict(p, a=[xq[0], xq[2], xq[1]])
     assert "not views of one batched tensor" in route.loop_call(p_bad, out)
+
+
+def test_a_user_check_command_judges_the_outputs(index):
+    check = f"python {HERE / 'e2e_workloads' / 'check_close.py'}"
+    rec = _e2e(index, _plan(index, kernel_ref="wrong_port:build_wrong"), write=False, check=check)
+    o = rec["outputs"]
+    assert o["method"] == "command" and o["passed"] is False and o["exit_code"] == 1
+    assert "differ: max abs" in o["output_tail"] and rec["verdict"] == "e2e_outputs_failed"
