@@ -76,6 +76,7 @@ class Controller:
         self.graph_replays = 0
         self.threads_seen: set[int] = set()
         self._compiled_depth = threading.local()
+        self._in_port = threading.local()
         self._launches: dict[tuple, Any] = {}
         self.launch_info: list[dict] = []
         self._prepared: dict[tuple, tuple] = {}
@@ -124,6 +125,8 @@ class Controller:
     # ------------------------------------------------------------------ routing
     def route(self, route_name: str, op: str, call: Any) -> tuple[bool, Any]:
         """One intercepted call: (True, result) when the port ran it, (False, None) to run the original."""
+        if getattr(self._in_port, "n", 0):
+            return False, None  # an op the port itself calls (from a Python-level target) is the port's business
         with self.lock:
             self.threads_seen.add(threading.get_ident())
             if getattr(self._compiled_depth, "n", 0):
@@ -197,12 +200,17 @@ class Controller:
 
     def _run_port(self, item: dict, call) -> Any:
         device = call.out.device.type if hasattr(call.out, "device") else "cpu"
-        launch = self._launch(item, call.shape, device)
-        prepared = self._prepare(launch, item, call)
-        y = launch.run(prepared, call.out)
-        if y is not None and y is not call.out:
-            call.out.copy_(y)
-        return call.result(call.out)
+        flag = self._in_port
+        flag.n = getattr(flag, "n", 0) + 1
+        try:
+            launch = self._launch(item, call.shape, device)
+            prepared = self._prepare(launch, item, call)
+            y = launch.run(prepared, call.out)
+            if y is not None and y is not call.out:
+                call.out.copy_(y)
+            return call.result(call.out)
+        finally:
+            flag.n -= 1
 
     # ------------------------------------------------------------------ markers
     def step(self) -> None:
