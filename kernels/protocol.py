@@ -48,3 +48,35 @@ class KernelLaunch:
     # the harness checks that the profiler saw these, and only these, inside the timed window.
     expect_kernels: str | None = None
     describe: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing a user's workload through a port (`skill-run e2e`). A family that can be routed has a
+# ``route`` module beside its ``problem`` module:
+#
+#     ATEN_OPS: tuple[str, ...]                         # e.g. ("aten::_scaled_mm",)
+#     problem_call(op: str, args: dict) -> RoutedCall | str
+#         ``args`` holds the op's schema arguments by name (defaults filled in); return the call
+#         as this family's problem, or a short reason why this call is not one (another scale
+#         recipe, a bias, an output dtype the port does not write): the reason is counted.
+#     plan_key(shape: dict) -> tuple                    # which planned shape a call's shape uses
+#     PY_TARGETS: dict[str, wrapper]                    # optional: "module:attr" -> wrap(original, route)
+#
+# ``route(target, call)`` (given by the engine to a PY_TARGETS wrapper) returns (True, value)
+# when it ran the port and (False, None) when the original must run.
+
+
+@dataclass
+class RoutedCall:
+    """One intercepted call seen as the family's problem."""
+
+    shape: dict  # the problem shape of this call (problem.SHAPE_KEYS)
+    inputs: dict  # the problem's inputs (views of the op's arguments; never copies of activations)
+    out: Any  # the tensor the port writes (the op's ``out=`` or a fresh one of the op's result type)
+    result: Callable[[Any], Any] = lambda out: out  # the op's return value, from ``out``
+    # Input keys that hold weights: the port's prepared form of them may be reused while these
+    # tensors are unchanged (same storage, shape, strides and version counter); None: no reuse.
+    static: tuple[str, ...] | None = None
+    # Puts this call's per-call inputs into a prepared value made for an earlier call with the
+    # same static inputs (needed when ``static`` is given).
+    refresh: Callable[[Any, dict], Any] | None = None

@@ -188,3 +188,54 @@ def ablate(index: SkillIndex, skill_id: str, shape: str | dict[str, int], sets: 
 
     parsed = shape if isinstance(shape, dict) else parse_shape(shape, problem_keys(index.skill(skill_id)))
     return ablate_shape(index, skill_id, parsed, sets, **kw)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """A plan as `skill-run plan --json` prints it (or `skill-run --profile F --json`'s "plan")."""
+    import json
+
+    from pydantic import ValidationError
+
+    from skillrun.errors import InputError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read the plan: {exc.strerror or exc}", path=str(path)) from None
+    except ValueError as exc:
+        raise InputError(f"the plan is not JSON: {exc}", path=str(path)) from None
+    if isinstance(data, dict) and "plan" in data and "items" not in data:
+        data = data["plan"]
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"not a plan: {first['msg']}", path=str(path), field="/".join(str(p) for p in first["loc"])) from None
+
+
+def e2e(command: list[str], *, index: SkillIndex, plan: Plan | None = None, plan_file: str | Path | None = None,
+        profile: str | Path | None = None, arch: str | None = None, shapes: list[str] | list[dict[str, int]] | None = None,
+        backend: str | None = None, alternations: int = 5, skip_steps: int = 1, check: str | None = None,
+        gpu_time: bool | None = None, timeout: float | None = None, write: bool = True,
+        command_line: str | None = None, progress: Callable[[str], None] | None = None,
+        include_slower: bool = False) -> dict[str, Any]:
+    """Rerun a workload as-is and with the planned ports routed in; the e2e record (written unless write=False).
+
+    The plan comes from exactly one of ``plan``, ``plan_file`` (JSON) or ``profile`` (a trace, analysed
+    like ``skill-run --profile``, ``shapes`` filling what the trace cannot give). Items whose card expects a
+    slowdown are left out unless ``include_slower``.
+    """
+    from skillrun.e2e.run import run_e2e
+    from skillrun.errors import UsageError
+
+    given = [x is not None for x in (plan, plan_file, profile)]
+    if sum(given) != 1:
+        raise UsageError("give exactly one of --profile TRACE or --plan PLAN.json", field="--profile")
+    source = None
+    if plan_file is not None:
+        plan, source = load_plan(plan_file), str(plan_file)
+    elif profile is not None:
+        plan, source = analyze(profile, index=index, arch=arch, shapes=shapes).plan, str(profile)
+    return run_e2e(list(command), plan, index, backend=backend, alternations=alternations, skip_steps=skip_steps,
+                   check_cmd=check, gpu_time=gpu_time, timeout=timeout, plan_source=source, command_line=command_line,
+                   write=write, progress=progress, include_slower=include_slower)

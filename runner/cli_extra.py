@@ -11,3 +11,6 @@ _register_agent(_app)
 from skillrun.cli_tune import register as _register_tune
 
 _register_tune(_app)
+from skillrun.cli_e2e import register as _register_e2e
+
+_register_e2e(_app)

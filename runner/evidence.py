@@ -284,6 +284,26 @@ def summarize(rec: dict[str, Any]) -> Summary:
 
 # ------------------------------------------------------------------------------------ entries
 @dataclass
+class E2ERecord:
+    path: str
+    record: dict[str, Any]
+
+    @property
+    def card_ids(self) -> list[str]:
+        return [str(c) for c in self.record.get("card_ids") or []]
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        wall = (r.get("measured") or {}).get("wall") or {}
+        return {"path": self.path, "card_ids": self.card_ids, "created": r.get("created"), "verdict": r.get("verdict"),
+                "measured_gain_pct": wall.get("gain_pct"), "noise_floor_pct": wall.get("noise_floor_pct"),
+                "gpu_kernel_gain_pct": ((r.get("measured") or {}).get("gpu_kernel") or {}).get("gain_pct"),
+                "projected_gain_pct": (r.get("projection") or {}).get("gain_pct"),
+                "outputs_passed": (r.get("outputs") or {}).get("passed"),
+                "device": (r.get("device") or {}).get("name"), "reason": r.get("reason")}
+
+
+@dataclass
 class Entry:
     path: str  # relative to the knowledge-base root when under it
     abs_path: Path
@@ -385,6 +405,9 @@ def staleness(rec: dict[str, Any], index: Any, root: Path) -> tuple[list[str], b
 class EvidenceIndex:
     root: Path
     entries: list[Entry] = field(default_factory=list)  # every artifact, invalid ones included
+    # `skill-run e2e` records (kind e2e_validation): a whole workload, not one card/recipe/shape, so
+    # they are listed beside the isolated evidence of the cards they cover, never grouped with it.
+    e2e: list[E2ERecord] = field(default_factory=list)
 
     # --------------------------------------------------------------- queries
     @property
@@ -437,7 +460,8 @@ class EvidenceIndex:
         cur = self.current_entries()
         return {"root": str(self.root), "counts": self.counts(),
                 "current": [dict(e.to_json(), superseded=[s.path for s in e.superseded]) for e in cur],
-                "invalid": [e.to_json() for e in self.invalid_entries()]}
+                "invalid": [e.to_json() for e in self.invalid_entries()],
+                "e2e": [x.to_json() for x in sorted(self.e2e, key=lambda x: str(x.record.get("created")), reverse=True)]}
 
     def counts(self) -> dict[str, int]:
         return {"artifacts": len(self.entries),
@@ -500,6 +524,9 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
             ev.entries.append(Entry(path=rel, abs_path=f, record=stub, summary=summarize(stub),
                                     key=(card_id, "—", (), "—", "—"), created=parse_created(None),
                                     status="invalid", error=error))
+            continue
+        if rec.get("kind") == "e2e_validation":
+            ev.e2e.append(E2ERecord(path=rel, record=rec))
             continue
         card_id = str((rec.get("card") or {}).get("id") or "—")
         recipe = str((rec.get("recipe") or {}).get("name") or "—")

@@ -9,8 +9,10 @@
     with profiling.region("decode"):    # `skill-run profile --region` keeps only these regions
         model.generate(...)
 
-Outside `skill-run profile` every call here does nothing (one dict lookup), so the markers can
-stay in production code. This module imports nothing beyond the standard library: the child
+    profiling.save_output("logits", logits)   # `skill-run e2e` compares it between as-is and routed runs
+
+Under `skill-run e2e` step() also times each step. Outside those commands every call here does
+nothing (one dict lookup), so the markers can stay in production code. This module imports nothing beyond the standard library: the child
 interpreter may lack skillrun's dependencies, and the profiling hook loads a copy of this file
 when skillrun itself is not installed there.
 """
@@ -23,6 +25,10 @@ from typing import Iterator
 # The profiling hook (runner/profile_hook/sitecustomize.py) registers its controller under this
 # name in sys.modules; a key there is visible to every import path without importing anything.
 CONTROLLER_KEY = "_skillrun_profile_controller"
+
+
+# `skill-run e2e` registers its routing controller under this name (runner/e2e/child.py).
+E2E_KEY = "_skillrun_e2e_controller"
 
 
 def _controller():
@@ -40,9 +46,22 @@ def step() -> None:
     Step k is the work between the k-th and (k+1)-th call (counting from 0), so calling this at
     the end of each loop iteration makes step k = iteration k.
     """
+    e2e = sys.modules.get(E2E_KEY)
+    if e2e is not None:
+        e2e.step()
     ctl = _controller()
     if ctl is not None:
         ctl.step()
+
+
+def save_output(name: str, tensor) -> None:
+    """Hand a result tensor to `skill-run e2e`, which compares it between the as-is and the routed
+    runs within the card's tolerance (a no-op otherwise). Call it once per result you care about
+    (e.g. the final logits); repeated names are kept as name#1, name#2, ...
+    """
+    e2e = sys.modules.get(E2E_KEY)
+    if e2e is not None:
+        e2e.save_output(name, tensor)
 
 
 @contextmanager

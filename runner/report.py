@@ -317,10 +317,53 @@ def terminal_report(ev: EvidenceIndex):
     from rich.console import Group
 
     parts = [summary_table(ev)]
+    e2e = e2e_table(ev)
+    if e2e is not None:
+        parts.append(e2e)
     hist = history_table(ev)
     if hist is not None:
         parts.append(hist)
     return Group(*parts)
+
+
+def e2e_rows(ev: EvidenceIndex) -> list[dict[str, str]]:
+    """One row per `skill-run e2e` record, newest first: the measured gain beside the projection."""
+    def pct(x: Any) -> str:
+        return f"{x:+.2f}%" if isinstance(x, (int, float)) else "—"
+
+    rows = []
+    for x in sorted(ev.e2e, key=lambda x: str(x.record.get("created")), reverse=True):
+        j = x.to_json()
+        noise = j["noise_floor_pct"]
+        rows.append({"cards": ", ".join(j["card_ids"]) or "—", "verdict": str(j["verdict"] or "—"),
+                     "measured": pct(j["measured_gain_pct"]) + (f" (noise {noise:.2f}%)" if isinstance(noise, (int, float)) else ""),
+                     "gpu_kernel": pct(j["gpu_kernel_gain_pct"]), "projected": pct(j["projected_gain_pct"]),
+                     "outputs": {True: "match", False: "DIFFER"}.get(j["outputs_passed"], "—"),
+                     "device": str(j["device"] or "—"), "path": x.path})
+    return rows
+
+
+E2E_COLUMNS = [("cards", "cards"), ("verdict", "verdict"), ("measured", "measured step gain"),
+               ("gpu_kernel", "GPU kernel gain"), ("projected", "projected f·(1−1/s)"), ("outputs", "outputs"),
+               ("device", "device"), ("path", "record")]
+
+
+def e2e_table(ev: EvidenceIndex):
+    """End-to-end records as a rich table, or None when there are none."""
+    rows = e2e_rows(ev)
+    if not rows:
+        return None
+    from rich.table import Table
+    from rich.text import Text
+
+    from skillrun.termtext import plain
+
+    table = Table(title="End to end (skill-run e2e): the workload with the ports routed in", title_justify="left")
+    for _, head in E2E_COLUMNS:
+        table.add_column(head, overflow="fold")
+    for r in rows:
+        table.add_row(*[Text(plain(r[k]), style="red" if k == "outputs" and r[k] == "DIFFER" else "") for k, _ in E2E_COLUMNS])
+    return table
 
 
 # ---------------------------------------------------------------------------------------- SVG charts
@@ -587,6 +630,13 @@ def render_html(ev: EvidenceIndex, title: str = "skillrun validation report") ->
         for card, ents in by_tier["other"].items():
             body.append(f"<h3>{e(card)}</h3>")
             body += [_entry_details(x) for x in ents]
+    rows = e2e_rows(ev)
+    if rows:
+        body.append("<h2>End to end (skill-run e2e)</h2><p class='muted'>The user's workload run as-is and with the ports "
+                    "routed in, interleaved, with an A/A noise floor; the measured gain beside the plan's projection.</p>")
+        head = "".join(f"<th>{e(h)}</th>" for _, h in E2E_COLUMNS)
+        trs = "".join("<tr>" + "".join(f"<td>{e(r[k])}</td>" for k, _ in E2E_COLUMNS) + "</tr>" for r in rows)
+        body.append(f"<table><tr>{head}</tr>{trs}</table>")
     bad = ev.invalid_entries()
     if bad:
         body.append("<h2>Invalid files</h2><ul>" + "".join(f"<li>{e(b.path)}: {e(b.error or '')}</li>" for b in bad) + "</ul>")

@@ -28,23 +28,29 @@ from skillrun.redact import scrub
 from skillrun.regular_files import read_regular
 
 
-@lru_cache(maxsize=1)
-def _validator():
+@lru_cache(maxsize=4)
+def _validator(name: str = "validation"):
     import jsonschema
 
-    schema = json.loads(schema_path("validation").read_text())
+    schema = json.loads(schema_path(name).read_text())
     return jsonschema.Draft202012Validator(schema)
 
 
+def schema_of(record: dict[str, Any]) -> str:
+    """Which schema a record follows: e2e records (`skill-run e2e`) say so in `kind`."""
+    return "e2e" if record.get("kind") == "e2e_validation" else "validation"
+
+
 def validate_record(record: dict[str, Any], where: str = "<artifact>") -> None:
+    name = schema_of(record)
     try:
-        errors = sorted(_validator().iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path])
+        errors = sorted(_validator(name).iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path])
     except RecursionError:
         raise SkillRunError("validation artifact nests too deeply to check", path=where) from None
     if errors:
         e = errors[0]
         field = "/".join(str(p) for p in e.absolute_path) or "(top)"
-        raise SkillRunError(f"validation artifact does not match schemas/validation.schema.json: {e.message}", path=where, field=field)
+        raise SkillRunError(f"validation artifact does not match schemas/{name}.schema.json: {e.message}", path=where, field=field)
 
 
 def utc_now() -> str:

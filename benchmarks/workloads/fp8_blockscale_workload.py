@@ -24,6 +24,11 @@ try:
 except ImportError:  # running outside a skillrun checkout/install: markers are optional
     def step() -> None:
         pass
+try:
+    from skillrun.profiling import save_output  # `skill-run e2e` compares these between arms
+except ImportError:
+    def save_output(name, tensor) -> None:
+        pass
 
 # (M, N, K): the card's seed shapes; M=1 and M=64 are the decode cases.
 SHAPES = [(4096, 65536, 1536), (4096, 2048, 7168), (16384, 1536, 7168), (16384, 7168, 768), (1, 7168, 2048), (64, 7168, 2048)]
@@ -114,12 +119,15 @@ def main(argv: list[str] | None = None) -> int:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.profiler.record_function(f"fp8_blockscale M={m} N={n} K={k}"):
                 start.record()
-                torch._scaled_mm(c["a"], c["b"], scale_a=c["sa"], scale_b=c["sb"], out_dtype=torch.bfloat16)
+                c["y"] = torch._scaled_mm(c["a"], c["b"], scale_a=c["sa"], scale_b=c["sb"], out_dtype=torch.bfloat16)
                 end.record()
             c["ms"].append((start, end))
         torch.cuda.synchronize()  # keep each iteration's kernels inside its own profiler step
         step()
 
+    for c in cases:
+        if "y" in c:
+            save_output("M{}xN{}xK{}".format(*c["shape"]), c["y"])
     print(f"{'M':>6} {'N':>6} {'K':>6} {'median ms':>10} {'TFLOP/s':>8}  ({args.iters} iterations, first excluded, includes profiler overhead)")
     for c in cases:
         m, n, k = c["shape"]

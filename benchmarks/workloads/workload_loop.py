@@ -39,5 +39,8 @@ def run_baseline(
         torch.cuda.synchronize()
         if profiling is not None:
             profiling.step()
+    if profiling is not None and hasattr(profiling, "save_output"):
+        for shape, (_launch, _prepared, out) in zip(shapes, work):
+            profiling.save_output(label(shape), out)  # compared between arms by `skill-run e2e`; a no-op otherwise
     print("ran", args.iters, "iterations of", [label(s) for s in shapes])
     return 0

@@ -311,12 +311,50 @@ def _exit_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise)
 
 
-def _main() -> None:
-    cfg = _claim_config()
-    if cfg is None:
-        return  # imported outside `skill-run profile` (e.g. as skillrun.profile_hook.sitecustomize)
+_E2E_PREFIX = "SKILLRUN_E2E_"
+
+
+def _claim_e2e_config() -> dict[str, str] | None:
+    """`skill-run e2e` settings (SKILLRUN_E2E_*), taken out of the environment like ours."""
+    if not os.environ.get(_E2E_PREFIX + "SPEC"):
+        return None
+    cfg = {k[len(_E2E_PREFIX):].lower(): os.environ.pop(k) for k in list(os.environ) if k.startswith(_E2E_PREFIX)}
     hook_dir = cfg.get("hook_dir", "")
+    if hook_dir:
+        parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not _same(p, hook_dir)]
+        if parts:
+            os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+        else:
+            os.environ.pop("PYTHONPATH", None)
+        sys.path[:] = [p for p in sys.path if not _same(p, hook_dir)]
+    return cfg
+
+
+def _start_e2e(cfg: dict[str, str]) -> None:
+    """Install the routing of `skill-run e2e` (skillrun.e2e.child); a failure is reported, not hidden:
+    the status file says why, and the parent fails the arm."""
+    try:
+        from skillrun.e2e import child
+
+        child.install(cfg)
+    except Exception as exc:  # noqa: BLE001
+        msg = f"could not install e2e routing: {type(exc).__name__}: {exc}"
+        _warn(msg)
+        if cfg.get("status"):
+            _write_json_atomic(cfg["status"], {"hook_ran": True, "pid": os.getpid(), "install_error": msg})
+
+
+def _main() -> None:
+    e2e = _claim_e2e_config()
+    cfg = _claim_config()
+    if cfg is None and e2e is None:
+        return  # imported outside `skill-run profile` / `e2e` (e.g. as skillrun.profile_hook.sitecustomize)
+    hook_dir = (cfg or e2e or {}).get("hook_dir", "")
     _chain_previous_sitecustomize(hook_dir)
+    if e2e is not None:
+        _start_e2e(e2e)
+    if cfg is None:
+        return
     status = cfg.get("status", "")
     try:
         _ensure_markers_importable(hook_dir)
