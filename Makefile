@@ -15,7 +15,7 @@ FLYDSL_OLDEST ?= flydsl==0.4.2
 OLDEST := .venv-flydsl-oldest
 FLYDSL_TESTS := tests/test_flydsl_compile.py
 
-.PHONY: setup demo test test-flydsl-oldest lld
+.PHONY: setup demo test test-flydsl-oldest lld browser
 
 $(BIN)/skill-run: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ setup: $(BIN)/skill-run
 lld:
 	@command -v ld.lld-19 >/dev/null 2>&1 || test -x /usr/lib/llvm-19/bin/ld.lld || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lld-19)
+
+# The report's layout test renders the page in headless Chromium (Debian's package; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 demo: setup
 	$(BIN)/skill-run --profile $(EXAMPLE)
@@ -47,6 +52,6 @@ test-flydsl-oldest: $(OLDEST)/.ready lld
 	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST:flydsl==%=%)'"
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(FLYDSL_TESTS)
 
-test: setup lld
+test: setup lld browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	$(MAKE) test-flydsl-oldest
