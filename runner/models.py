@@ -172,6 +172,9 @@ class PlanItem(_Model):
     # Where expected_speedup comes from: the current, non-stale GPU artifact of the same card, recipe,
     # shape and device class ("measured", quoted in `evidence`), else the card's prior.
     expected_source: Literal["measured", "card_prior"] = "card_prior"
+    # What the card's prior is a ratio against (the recipe evidence entry it came from), since a
+    # prior measured against an older reference must not read as one against today's baseline.
+    prior_versus: Optional[str] = None
     evidence: Optional[dict[str, Any]] = None  # path, created, age, speedup, noise_pct, speed, verdict, verdict_text, device, commit, shape
     lever_measured_on: list[str] = Field(default_factory=list)  # the shapes the card's lever/loses words were measured on
     next_command: Optional[str] = None  # the run that would measure this item, when nothing has

@@ -48,6 +48,18 @@ def measured_on(recipe: Recipe, keys: tuple[str, ...]) -> list[str]:
     return out
 
 
+def prior_versus(recipe: Recipe) -> str | None:
+    """The reference the recipe's expected_speedup was measured against: the ``versus`` of the
+    evidence entry with that speedup (else of the first entry that names one)."""
+    entries = [e for e in recipe.evidence or [] if isinstance(e, dict) and e.get("versus")]
+    exp = recipe.expected_speedup
+    for e in entries:
+        sp = e.get("speedup")
+        if exp is not None and isinstance(sp, (int, float)) and abs(sp - exp) <= 0.005 * max(abs(exp), 1e-9) + 1e-9:
+            return str(e["versus"])
+    return str(entries[0]["versus"]) if entries else None
+
+
 def next_command(card: SkillCard, recipe: Recipe | None, shape: dict[str, int]) -> str:
     cmd = f"skill-run run {card.id} --shape {_shape_words(shape, tuple(shape))}"
     if recipe is not None and recipe.backend == "flydsl":
@@ -124,6 +136,7 @@ def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, i
         loses=list(r.loses),
         lever_measured_on=measured_on(r, keys),
         expected_speedup=speed,
+        prior_versus=prior_versus(r),
         notes=notes,
     )
     _quote_evidence(item, card, r, evidence, arch, device)
@@ -262,7 +275,8 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
                          f" → projected end-to-end gain f·(1−1/s) = {gain}")
             lines.append(f"    evidence: {x(ev['path'])} ({x(ev['age'])}, shape {x(_shape_words(ev['shape'], tuple(ev['shape'])))})")
         else:
-            lines.append(f"    expected {it.expected_speedup:.2f}× [yellow]card prior[/] (not measured for this shape and device)"
+            vs = f", a ratio against {x(it.prior_versus)}" if it.prior_versus else ", against no named reference"
+            lines.append(f"    expected {it.expected_speedup:.2f}× [yellow]card prior[/] (not measured for this shape and device{vs})"
                          f" → projected end-to-end gain f·(1−1/s) = {gain}")
     if it.next_command:
         lines.append(f"    next: [bold]{x(it.next_command)}[/]")

@@ -83,3 +83,17 @@ def test_fast_scanner_reads_profiler_steps():
     slow = Shard()
     slow.add_events(events)
     assert slow.steps == shard.steps
+
+
+def test_card_prior_says_which_reference_it_is_a_ratio_against():
+    # The row-wise card's priors were measured against the per-batch loop, while its baseline is now
+    # MSLK's batched kernel: the plan must say what the prior's ratio is against, never leave it to
+    # read as a ratio against today's baseline.
+    from skillrun.plan import plan_lines
+
+    idx = SkillIndex.load(REPO)
+    a = api.analyze(LOOP, index=idx)
+    item = next(it for it in a.plan.items if it.skill_id == "triton_fp8_rowwise_batched_gemm_sm90")
+    assert item.expected_source == "card_prior" and "loop" in (item.prior_versus or "")
+    text = "\n".join(plan_lines(a.plan))
+    assert "a ratio against per-batch torch._scaled_mm loop" in text
