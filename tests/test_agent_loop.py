@@ -74,7 +74,8 @@ def test_loop_runs_scripted_tool_calls_and_feeds_results_back(toy_index):
     agent = build_agent(llm, index=toy_index, max_iterations=6, gpu_probe=lambda: None)
     res = agent.invoke("What does toy_blockscale do for 4096,2048,7168?")
 
-    assert llm.bound == ["list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation"]
+    assert llm.bound == ["list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation",
+                         "tune_skill", "ablate_skill"]
     assert res.stopped is False and res.iterations == 4
     assert res.answer.startswith("toy_blockscale picks narrow_n")
     assert [c["name"] for c in res.tool_calls] == ["list_skills", "show_skill", "read_fact", "run_skill"]

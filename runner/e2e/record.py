@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -162,29 +161,19 @@ def record_name(rec: dict[str, Any]) -> str:
 
 def write_record(rec: dict[str, Any], root: Path | None = None) -> Path:
     """Validate, then write atomically to validation/e2e/ (or root/e2e); never overwrites."""
+    from skillrun.atomic import write_atomic
+    from skillrun.redact import scrub
+
+    rec = scrub(rec)  # the workload's command line is the user's text: no token reaches evidence
     validate_record(rec)
     folder = (Path(root) if root is not None else kb_root() / "validation") / "e2e"
     folder.mkdir(parents=True, exist_ok=True)
     name = record_name(rec)
-    target = folder / name
-    n = 1
-    while target.exists():
-        target = folder / name.replace(".yaml", f"_{n}.yaml")
-        n += 1
     text = yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=110)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, target)  # fails if the name appeared meanwhile: evidence is never clobbered
-    except FileExistsError:
-        target = folder / name.replace(".yaml", f"_{os.getpid()}.yaml")
-        os.link(tmp, target)
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    return target
+    n = 0
+    while True:
+        target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
+        try:  # one temporary + rename path for every file we write (skillrun.atomic); never clobbers
+            return write_atomic(target, text, replace=False, no_symlink_folder=True)
+        except FileExistsError:
+            n += 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -79,32 +78,22 @@ def reserve_path(record: dict[str, Any], root: Path | None = None) -> Path:
 def write_tuning(record: dict[str, Any], root: Path | None = None, path: Path | None = None) -> Path:
     """Validate and atomically write; returns the path. ``root`` is the validation folder; ``path`` a
     name claimed with :func:`reserve_path` (replaced atomically), else a fresh name is chosen."""
+    from skillrun.atomic import write_atomic
+    from skillrun.redact import scrub
+
+    record = scrub(record)
     validate_tuning(record)
-    folder = Path(path).parent if path is not None else _folder(record, root)
     text = yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if path is not None:
-            os.replace(tmp, path)  # our own placeholder
-            return Path(path)
-        name = _name(record)
-        target, n = folder / name, 1
-        while True:
-            try:
-                os.link(tmp, target)  # fails if the name exists: evidence is never clobbered
-                return target
-            except FileExistsError:
-                target = folder / name.replace(".yaml", f"_{n}.yaml")
-                n += 1
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    if path is not None:
+        return write_atomic(Path(path), text, replace=True, no_symlink_folder=True)  # our own placeholder
+    folder, name = _folder(record, root), _name(record)
+    n = 0
+    while True:
+        target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
+        try:  # one temporary + rename path for every file we write (skillrun.atomic); never clobbers
+            return write_atomic(target, text, replace=False, no_symlink_folder=True)
+        except FileExistsError:
+            n += 1
 
 
 def load_tuning_artifact(path: Path) -> dict[str, Any]:
