@@ -194,6 +194,26 @@ def _precise_acc_constexpr(precise_acc: int | None, block_k: int) -> int:
     return min(precise_acc, block_k)
 
 
+def check_operands(xq: torch.Tensor, pw: PreparedWeights, x_scale: torch.Tensor, w_scale: torch.Tensor) -> tuple[int, int, int, int]:
+    """(B, M, N, K) of a batched rowwise call, or a clear error naming the operand that does not fit."""
+    if xq.dim() != 3 or pw.data.dim() != 3:
+        raise ValueError(f"xq must be (B, M, K) and wq (B, N, K); got {tuple(xq.shape)} and {tuple(pw.data.shape)}")
+    bsz, m, k = xq.shape
+    n = pw.n
+    if pw.data.shape[0] != bsz or pw.k != k:
+        raise ValueError(f"batch/K mismatch: xq {tuple(xq.shape)} vs weights {tuple(pw.data.shape)} ({pw.layout})")
+    if xq.dtype != torch.float8_e4m3fn or pw.data.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"operands must be float8_e4m3fn, got {xq.dtype} and {pw.data.dtype}")
+    if tuple(x_scale.shape) != (bsz, m) or tuple(w_scale.shape) != (bsz, n):
+        raise ValueError(
+            f"x_scale must be (B, M)=({bsz}, {m}) and w_scale (B, N)=({bsz}, {n}); "
+            f"got {tuple(x_scale.shape)} and {tuple(w_scale.shape)}"
+        )
+    if x_scale.dtype != torch.float32 or w_scale.dtype != torch.float32:
+        raise TypeError("x_scale and w_scale must be float32")
+    return bsz, m, n, k
+
+
 def fp8_rowwise_batched_gemm(
     xq: torch.Tensor,
     w: PreparedWeights | torch.Tensor,
@@ -215,21 +235,7 @@ def fp8_rowwise_batched_gemm(
             "add it to the bf16 output yourself"
         )
     pw = w if isinstance(w, PreparedWeights) else PreparedWeights(w, "nk")
-    if xq.dim() != 3 or pw.data.dim() != 3:
-        raise ValueError(f"xq must be (B, M, K) and wq (B, N, K); got {tuple(xq.shape)} and {tuple(pw.data.shape)}")
-    bsz, m, k = xq.shape
-    n = pw.n
-    if pw.data.shape[0] != bsz or pw.k != k:
-        raise ValueError(f"batch/K mismatch: xq {tuple(xq.shape)} vs weights {tuple(pw.data.shape)} ({pw.layout})")
-    if xq.dtype != torch.float8_e4m3fn or pw.data.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"operands must be float8_e4m3fn, got {xq.dtype} and {pw.data.dtype}")
-    if tuple(x_scale.shape) != (bsz, m) or tuple(w_scale.shape) != (bsz, n):
-        raise ValueError(
-            f"x_scale must be (B, M)=({bsz}, {m}) and w_scale (B, N)=({bsz}, {n}); "
-            f"got {tuple(x_scale.shape)} and {tuple(w_scale.shape)}"
-        )
-    if x_scale.dtype != torch.float32 or w_scale.dtype != torch.float32:
-        raise TypeError("x_scale and w_scale must be float32")
+    bsz, m, n, k = check_operands(xq, pw, x_scale, w_scale)
     x_scale = x_scale.contiguous()
     w_scale = w_scale.contiguous()
     if out is None:

@@ -30,6 +30,7 @@ import triton.language as tl
 from skillrun_kernels.fp8_rowwise_batched_gemm.triton_sm90 import (
     PreparedWeights,
     _precise_acc_constexpr,
+    check_operands,
     default_precise_acc,
     prepare_weights,
 )
@@ -170,16 +171,7 @@ def fp8_rowwise_batched_gemm_splitk(
 ) -> torch.Tensor:
     """out[b] = (xq[b] @ wq[b].T) * x_scale[b][:, None] * w_scale[b][None, :], bf16, split over K."""
     pw = w if isinstance(w, PreparedWeights) else PreparedWeights(w, "nk")
-    if xq.dim() != 3 or pw.data.dim() != 3:
-        raise ValueError(f"xq must be (B, M, K) and wq (B, N, K); got {tuple(xq.shape)} and {tuple(pw.data.shape)}")
-    bsz, m, k = xq.shape
-    n = pw.n
-    if pw.data.shape[0] != bsz or pw.k != k:
-        raise ValueError(f"batch/K mismatch: xq {tuple(xq.shape)} vs weights {tuple(pw.data.shape)} ({pw.layout})")
-    if xq.dtype != torch.float8_e4m3fn or pw.data.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"operands must be float8_e4m3fn, got {xq.dtype} and {pw.data.dtype}")
-    if tuple(x_scale.shape) != (bsz, m) or tuple(w_scale.shape) != (bsz, n):
-        raise ValueError(f"x_scale must be (B, M) and w_scale (B, N); got {tuple(x_scale.shape)} and {tuple(w_scale.shape)}")
+    bsz, m, n, k = check_operands(xq, pw, x_scale, w_scale)
     if tuple(out.shape) != (bsz, m, n) or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous (B, M, N) = ({bsz}, {m}, {n}) tensor, got {tuple(out.shape)}")
     if tuple(workspace.data.shape) != (bsz, m, n):
