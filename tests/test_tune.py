@@ -217,11 +217,11 @@ def test_ray_pool_with_a_worker_killed_mid_sweep(tmp_path):
 def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
     import json
 
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
-    from skillrun import cli_extra  # noqa: F401 - registers tune/ablate
-    from skillrun.cli import app
+    from skillrun.cli import build_cli
 
+    app = build_cli()  # the real command group: every registered command, --kb/--json anywhere
     index = _kb(tmp_path, [tunable_card("toy_cli", [16, 48, 64])])
     root = str(index.root)
     r = CliRunner().invoke(app, ["--kb", root, "tune", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--timer", TIMER,
