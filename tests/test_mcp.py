@@ -64,7 +64,8 @@ def test_mcp_stdio_lists_tools_and_returns_readable_errors(tmp_path):
         ("show_skill", {"skill_id": "nope"}),
     ], tmp_path)
 
-    assert set(tools) == {"list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation"}
+    assert set(tools) == {"list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation",
+                          "tune_skill", "ablate_skill"}
     schema = getattr(tools["analyze_profile"], "input_schema", None) or tools["analyze_profile"].inputSchema
     assert schema["required"] == ["path"] and schema["properties"]["top"]["maximum"] == 50
     assert "compile" in tools["check_skill"].description.lower()

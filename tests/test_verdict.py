@@ -136,15 +136,27 @@ def test_unknown_reference_status_is_rejected():
 
 
 def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
-    from skillrun.report import COLUMNS, _row, production_text
+    from pathlib import Path
 
-    rec = {"verdict": "validated", "verdict_text": "faster than mslk (1.21x, A/A noise 2.1%), and mslk fails the oracle",
+    from skillrun.evidence import build_index
+    from skillrun.report import SUMMARY_COLUMNS, summary_row
+
+    rec = {"verdict": "validated", "mode": "gpu_measured", "created": "2026-12-01T00:00:00+00:00",
+           "card": {"id": "c"}, "recipe": {"name": "r"}, "shape": {"M": 1}, "speedup": 1.21,
+           "timing": {"port_ms": {"median": 1.0}, "cuda_graph": True},
+           "verdict_text": "faster than mslk (1.21x, A/A noise 2.1%), and mslk fails the oracle",
            "references": [
                {"name": "mslk", "role": "baseline", "production": True, "status": "ok", "parity": {"passed": False},
-                "speedup": 1.21, "speed": "faster"},
+                "speedup": 1.21, "noise_pct": 2.1, "speed": "faster"},
                {"name": "mslk_pad16", "role": "alternative", "production": True, "status": "unsupported", "speed": "not_timed"},
                {"name": "loop", "role": "alternative", "production": False, "status": "ok", "parity": {"passed": True},
-                "speedup": 7.6, "speed": "faster"}]}
-    assert production_text(rec) == "mslk: 1.210x faster, FAILS oracle; mslk_pad16: unsupported"
-    assert production_text({"verdict": "validated"}) == "—"  # artifacts from before issue 11
-    assert len(_row(rec)) == len(COLUMNS) and "vs production" in COLUMNS
+                "speedup": 7.6, "noise_pct": 2.1, "speed": "faster"}]}
+    (entry,) = build_index(None, records=[rec], root=Path("/nonexistent")).entries
+    row = summary_row(entry)
+    # the headline is against the production baseline, with the noise the verdict used, and its failing parity shows
+    assert row["speed"] == "1.210× vs mslk" and "A/A noise 2.10%" in row["speed_sub"] and row["speed_axis"] == "faster"
+    parity = {text.split()[0]: (failed, prod) for text, failed, prod in row["ref_parity"]}
+    assert parity["mslk"] == (True, True) and parity["loop"][0] is False and parity["mslk_pad16"][1] is True
+    assert row["failing_baseline"] is True and "speedup vs production (A/A noise)" in SUMMARY_COLUMNS
+
+
