@@ -4,6 +4,8 @@ The route modules' argument mappings are checked in-process against the fp32 ora
 """
 from __future__ import annotations
 
+import sys
+
 import os
 from pathlib import Path
 
@@ -38,7 +40,7 @@ def _plan(index, kernel_ref=PORT, shape=None, backend="triton") -> Plan:
 
 
 def _e2e(index, plan, mode="ok", **kw):
-    return api.e2e(["python", WORKLOAD, "--iters", "2", "--mode", mode], index=index, plan=plan, backend="cpu",
+    return api.e2e([sys.executable, WORKLOAD, "--iters", "2", "--mode", mode], index=index, plan=plan, backend="cpu",
                    alternations=1, **kw)
 
 
@@ -245,10 +247,10 @@ def test_cli_e2e_needs_exactly_one_plan_source(tmp_path):
     from skillrun.cli_e2e import register
 
     register(app)
-    res = CliRunner().invoke(app, ["e2e", "--", "python", WORKLOAD])
+    res = CliRunner().invoke(app, ["e2e", "--", sys.executable, WORKLOAD])
     assert res.exit_code == 2 and "exactly one of --profile TRACE or --plan" in res.output
     missing = tmp_path / "nope.json"
-    res = CliRunner().invoke(app, ["e2e", "--plan", str(missing), "--", "python", WORKLOAD])
+    res = CliRunner().invoke(app, ["e2e", "--plan", str(missing), "--", sys.executable, WORKLOAD])
     assert res.exit_code == 3 and "cannot read the plan" in res.output
 
 
@@ -325,7 +327,7 @@ def test_rowwise_loop_target_rebuilds_the_batched_problem_without_copies():
 
 
 def test_a_user_check_command_judges_the_outputs(index):
-    check = f"python {HERE / 'e2e_workloads' / 'check_close.py'}"
+    check = f"{sys.executable} {HERE / 'e2e_workloads' / 'check_close.py'}"
     rec = _e2e(index, _plan(index, kernel_ref="wrong_port:build_wrong"), write=False, check=check)
     o = rec["outputs"]
     assert o["method"] == "command" and o["passed"] is False and o["exit_code"] == 1

@@ -8,6 +8,7 @@ runner with the same routing settings added.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -54,17 +55,32 @@ class ArmRun:
         return self.rc == 0 and not self.timed_out
 
 
-def package_paths() -> list[str]:
-    """Folders that make ``skillrun`` and ``skillrun_kernels`` importable in the child (as here)."""
+@functools.lru_cache(maxsize=1)  # one folder of links per process, however many arms run
+def package_paths() -> tuple[str, ...]:
+    """Folders that make ``skillrun`` and ``skillrun_kernels`` importable in the child (as here).
+
+    A package whose folder has another name (the checkout maps runner/ -> skillrun and kernels/ ->
+    skillrun_kernels through an editable install, which only this interpreter's site-packages
+    knows) is reached through a folder of links named for the packages, so the workload's own
+    ``python`` finds them whatever its site-packages hold.
+    """
     import skillrun
     import skillrun_kernels
 
     out: list[str] = []
+    links: Path | None = None
     for pkg in (skillrun, skillrun_kernels):
-        parent = str(Path(list(pkg.__path__)[0]).parent)
+        folder = Path(list(pkg.__path__)[0])
+        if folder.name == pkg.__name__:
+            parent = str(folder.parent)
+        else:
+            if links is None:
+                links = Path(tempfile.mkdtemp(prefix="skillrun-e2e-pkgs-"))
+            (links / pkg.__name__).symlink_to(folder.resolve(), target_is_directory=True)
+            parent = str(links)
         if parent not in out:
             out.append(parent)
-    return out
+    return tuple(out)
 
 
 def child_env(base: dict[str, str], spec_path: Path, arm: str, run_dir: Path, extra: dict[str, str | None],
