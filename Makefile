@@ -11,7 +11,8 @@ TRITON ?= triton==3.6.0
 EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 # `setup` installs the newest FlyDSL the package accepts; the oldest supported release gets its own
 # small venv that holds only flydsl and borrows everything else from $(VENV).
-FLYDSL_OLDEST ?= flydsl==0.4.2
+FLYDSL_OLDEST_VERSION ?= 0.4.2
+FLYDSL_OLDEST := flydsl==$(FLYDSL_OLDEST_VERSION)
 OLDEST := .venv-flydsl-oldest
 FLYDSL_TESTS := tests/test_flydsl_compile.py
 
@@ -49,7 +50,7 @@ $(OLDEST)/.ready: $(BIN)/skill-run
 
 # The FlyDSL compile tests only (every recipe compiled and gated), under the oldest supported FlyDSL.
 test-flydsl-oldest: $(OLDEST)/.ready lld
-	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST:flydsl==%=%)'"
+	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST_VERSION)', v"
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(FLYDSL_TESTS)
 
 test: setup lld browser
