@@ -40,9 +40,16 @@ def _warn(msg: str) -> None:
 
 def _claim_config() -> dict[str, str] | None:
     """Take our settings out of the environment so child processes are not profiled too."""
-    if not os.environ.get(_PREFIX + "OUT"):
+    return _claim(_PREFIX, "OUT")
+
+
+def _claim(prefix: str, required: str) -> dict[str, str] | None:
+    """The settings under ``prefix`` (None unless ``prefix + required`` is set), removed from the
+    environment, and the hook folder taken off the import path, so that child processes neither
+    see the settings nor load this hook again."""
+    if not os.environ.get(prefix + required):
         return None
-    cfg = {k[len(_PREFIX):].lower(): os.environ.pop(k) for k in list(os.environ) if k.startswith(_PREFIX)}
+    cfg = {k[len(prefix):].lower(): os.environ.pop(k) for k in list(os.environ) if k.startswith(prefix)}
     hook_dir = cfg.get("hook_dir", "")
     if hook_dir:
         parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not _same(p, hook_dir)]
@@ -316,18 +323,7 @@ _E2E_PREFIX = "SKILLRUN_E2E_"
 
 def _claim_e2e_config() -> dict[str, str] | None:
     """`skill-run e2e` settings (SKILLRUN_E2E_*), taken out of the environment like ours."""
-    if not os.environ.get(_E2E_PREFIX + "SPEC"):
-        return None
-    cfg = {k[len(_E2E_PREFIX):].lower(): os.environ.pop(k) for k in list(os.environ) if k.startswith(_E2E_PREFIX)}
-    hook_dir = cfg.get("hook_dir", "")
-    if hook_dir:
-        parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not _same(p, hook_dir)]
-        if parts:
-            os.environ["PYTHONPATH"] = os.pathsep.join(parts)
-        else:
-            os.environ.pop("PYTHONPATH", None)
-        sys.path[:] = [p for p in sys.path if not _same(p, hook_dir)]
-    return cfg
+    return _claim(_E2E_PREFIX, "SPEC")
 
 
 def _start_e2e(cfg: dict[str, str]) -> None:
