@@ -81,30 +81,7 @@ def splitk_key(cfg: dict) -> str:
 
 def sweep_splitk(shape: dict, flush: tm.L2Flush, reps: int, full: bool) -> dict:
     """Time the split-K candidates of one decode shape interleaved (graph replay); the best one's config."""
-    inp = problem.make_inputs(shape, 0, DEV)
-    ref = problem.oracle(inp)
-    fns, rows = {}, {}
-    for cfg in splitk_candidates(shape["M"], full):
-        key = splitk_key(cfg)
-        try:
-            launch = splitk.build(shape, cfg, DEV)
-            prepared = launch.prepare(inp)
-            out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
-            launch.run(prepared, out)
-            par = tm.parity(out, ref)
-            rows[key] = {"config": cfg, "parity": par}
-            if par["finite"] and par["rel_fro"] < 2e-2:
-                fns[key] = tm.capture_graph(lambda l=launch, p=prepared, o=out: l.run(p, o)).replay
-            else:
-                rows[key]["rejected"] = "parity"
-        except Exception as exc:  # a candidate that raises is kept with its reason, never dropped
-            rows[key] = {"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    times = tm.time_interleaved(fns, reps=reps, warmup=1, flush=flush)
-    for key, ts in times.items():
-        rows[key]["graph_ms"] = tm.median(ts)
-        rows[key]["spread_pct"] = tm.spread_pct(ts)
-    best = min(times, key=lambda k: tm.median(times[k])) if times else None
-    return {"shape": shape, "candidates": rows, "best": best, "best_config": rows[best]["config"] if best else None}
+    return sweep_candidates(shape, splitk.build, splitk_candidates(shape["M"], full), splitk_key, flush, reps)
 
 
 def m_class(m: int) -> str:
@@ -147,21 +124,27 @@ def precompile(shapes: list[dict], jobs: int) -> list[str]:
 
 
 def sweep_shape(shape: dict, flush: tm.L2Flush, reps: int) -> dict:
+    return sweep_candidates(shape, port.build, CANDIDATES[m_class(shape["M"])], cfg_key, flush, reps)
+
+
+def sweep_candidates(shape: dict, builder, configs: list[dict], key_of, flush: tm.L2Flush, reps: int) -> dict:
+    """Gate each config on the oracle, time the survivors interleaved (graph replay), pick the best.
+
+    A config that raises or fails parity is kept with its reason, never dropped."""
     inp = problem.make_inputs(shape, 0, DEV)
     ref = problem.oracle(inp)
     fns, rows = {}, {}
-    for cfg in CANDIDATES[m_class(shape["M"])]:
-        key = cfg_key(cfg)
+    for cfg in configs:
+        key = key_of(cfg)
         try:
-            launch = port.build(shape, cfg, DEV)
+            launch = builder(shape, cfg, DEV)
             prepared = launch.prepare(inp)
             out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
             launch.run(prepared, out)
             par = tm.parity(out, ref)
             rows[key] = {"config": cfg, "parity": par}
             if par["finite"] and par["rel_fro"] < 2e-2:
-                graph = tm.capture_graph(lambda l=launch, p=prepared, o=out: l.run(p, o))
-                fns[key] = graph.replay
+                fns[key] = tm.capture_graph(lambda l=launch, p=prepared, o=out: l.run(p, o)).replay
             else:
                 rows[key]["rejected"] = "parity"
         except Exception as exc:
