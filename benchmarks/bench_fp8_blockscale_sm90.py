@@ -11,7 +11,9 @@ block-scale work. Columns: TFLOP/s, % of the 1979 TF fp8 dense peak, speedups, a
 
 Timing: every slot is captured in a CUDA graph of R back-to-back calls that rotate over input sets
 whose total size is over the 60 MB L2 (so calls read from HBM, as in a model); slots are replayed
-interleaved, the order reversed every round; the median over rounds of (replay time / R) is reported.
+interleaved by the runner's timing engine (``skillrun.execute.timing`` through ``sm90_timing.engine_times``:
+each round held on the device until it is queued, slot positions balanced); the median over rounds of
+(replay time / R) is reported.
 
 ``--sweep`` first times a grid of port configs per shape (compile variants are built in parallel
 worker processes) and uses the fastest oracle-correct one; every config's result is kept in the
@@ -305,6 +307,14 @@ class GraphSlot:
         self.graph.replay()
         torch.cuda.synchronize()
 
+    def launch(self) -> None:
+        """One timed unit: the captured replay (or the same R calls eagerly)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            for i in range(self.R):
+                self.calls[i % len(self.calls)]()
+
     def time_ms(self) -> float:
         if DEV == "cpu":
             t = time.perf_counter()
@@ -353,24 +363,26 @@ CLOCKS: Clocks | None = None
 
 
 def interleaved(slots: dict[str, GraphSlot], rounds: int, clocks: dict[str, list] | None = None) -> dict[str, list[float]]:
-    names = list(slots)
-    res: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for n in order:
-            res[n].append(slots[n].time_ms())
-            if clocks is not None and CLOCKS is not None:
-                c = CLOCKS.read()
-                if c:
-                    clocks.setdefault(n, []).append(c)
-    return res
+    """Milliseconds per call for every slot, from the runner's timing engine (skillrun.execute.timing:
+    each round held on the device until queued, positions balanced); a slot's sample is one replay of
+    its R calls, divided by R."""
+    import sm90_timing as tm
+
+    tm.DRY_RUN_CPU = DEV == "cpu"
+    t = tm.engine_times({n: s.launch for n, s in slots.items()}, rounds, warmup=1)
+    if clocks is not None:
+        # One SM clock reading per round (NVML, after the round); power is no longer sampled.
+        per_round = [(c, float("nan")) for c in t["round_info"]["clock_mhz"] if c]
+        for n in slots:
+            clocks[n] = per_round
+    return {n: [ms / slots[n].R for ms in v] for n, v in t["samples"].items()}
 
 
 def isolated(slot: GraphSlot, reps: int = 3) -> float:
     """The sweep's way: a short burst after the GPU sat idle (boost clocks, no power cap yet)."""
     sync()
     time.sleep(0.05)
-    return statistics.median(slot.time_ms() for _ in range(reps))
+    return statistics.median(interleaved({"x": slot}, reps)["x"])
 
 
 def kernel_names(fn: Callable[[], Any]) -> list[str]:

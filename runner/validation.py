@@ -121,6 +121,32 @@ def _relative_paths(record: dict[str, Any]) -> None:
 MAX_ARTIFACT_BYTES = 4 << 20
 
 
+class _FlowList(list):
+    """A long list of scalars (raw timing samples): one line in the YAML, not one line per value."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _flow(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _flow(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) > 8 and all(x is None or isinstance(x, (int, float, bool)) for x in obj):
+            return _FlowList(obj)
+        return [_flow(v) for v in obj]
+    return obj
+
+
+def dump_yaml(record: dict[str, Any]) -> str:
+    """The artifact text: block style, except long scalar lists (samples), which stay on one line."""
+    return yaml.dump(_flow(record), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110)
+
+
 def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     """Validate and atomically write one artifact; returns its path. Never overwrites.
 
@@ -139,7 +165,7 @@ def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
         raise SkillRunError("refusing to write evidence through a symlinked folder", path=str(folder))
     folder.mkdir(parents=True, exist_ok=True)
     name = artifact_name(record)
-    text = yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
+    text = dump_yaml(record)
     for n in range(1000):
         target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
         if os.path.lexists(target):

@@ -28,7 +28,7 @@ from skillrun.execute.backends import Backend, make_backend
 from skillrun.execute.isolate import run_task
 from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
 from skillrun.execute.proxy import proxy_shape
-from skillrun.execute.stats import aa_noise, summarize
+from skillrun.execute.stats import aa_noise, engine_facts, summarize, timing_warnings
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan, PlanItem
@@ -417,10 +417,13 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
     timing: dict[str, Any] = {
         "method": t["method"] + (", CUDA-graph replay" if ses.get("cuda_graph") else ""),
         "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
-        "interleaved": "same process, one launch per slot per round, slot order reversed every other round",
+        "interleaved": ("same process, one launch per slot per round; positions balanced (blocks of one round per slot, "
+                        "a random order rotated through every position)" if "raw" in t else
+                        "same process, one launch per slot per round, slot order reversed every other round"),
         "input_sets": ses.get("input_sets"), "bytes_per_set": ses.get("bytes_per_set"),
         "port_ms": stats["port"],
     }
+    timing.update(engine_facts(t))
     if "baseline" in stats:
         timing["baseline_ms"] = stats["baseline"]
     alt_stats = {k[4:]: v for k, v in stats.items() if k.startswith("alt:") and not k.endswith("#aa")}
@@ -433,6 +436,9 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
         timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
         timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
         noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    timing["warnings"] = timing_warnings(timing, stats, noise_pct)
+    if not timing["warnings"]:
+        del timing["warnings"]
     return timing, stats, aa_slot, noise_pct
 
 
