@@ -40,8 +40,8 @@ timeout $((BUDGET_S + 60)) python3 benchmarks/validate_recipes.py $TARGETS --rou
 if [ "$BENCH" = 1 ]; then
   # shellcheck disable=SC2086
   python3 benchmarks/validate_recipes.py $LARGE --emit-bench-configs "$OUT/bench_configs.json" >> "$LOG" 2>&1
-  COMMIT=${SKILLRUN_GIT_REVISION:-unknown} timeout 240 python3 benchmarks/bench_fp8_blockscale_sm90.py --shapes large \
-    --configs "$OUT/bench_configs.json" --rounds 20 --budget-s 60 --out "$OUT/fp8bs_bench.json" 2>&1 | tail -40 | tee -a "$LOG"
+  COMMIT=${SKILLRUN_GIT_REVISION:-unknown} timeout ${BENCH_TIMEOUT:-200} python3 benchmarks/bench_fp8_blockscale_sm90.py --shapes large \
+    --configs "$OUT/bench_configs.json" --rounds 20 --budget-s 40 --out "$OUT/fp8bs_bench.json" 2>&1 | tail -40 | tee -a "$LOG"
   python3 benchmarks/compare_runner_bench.py --validate "$OUT/validate.json" --bench "$OUT/fp8bs_bench.json" \
     --out "$OUT/runner_vs_bench.json" 2>&1 | tee -a "$LOG"
 fi
