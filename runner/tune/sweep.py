@@ -368,9 +368,13 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
     # Fresh session, one device, nothing else running on it (the pool is idle now): the MoE PR's
     # busy-GPU winners did not survive exactly this.
     peers = [(cid, start.kernel, by_id[cid]["config"]) for cid in finalists]
+    # Hidden A/A: the sweep's start config timed once more beside the incumbent. When it is the
+    # incumbent's own config, any ratio outside the noise floor means the session's numbers cannot be
+    # trusted (an engine biased by slot position once reported such a copy at 1.46x).
+    peers.append((START_CHECK, start.kernel, dict(start.config)))
     job = S.session_job(ctx, inc_slot, peers, baseline_ref, 9001, recheck_rounds)
     res = pool.solo(job)
-    ses = S.read_session(res, finalists)
+    ses = S.read_session(res, finalists + [START_CHECK])
     dev = res.get("device")
     ses["device"] = f"{be.facts.name} (device {dev})" if dev is not None else be.facts.name
     rec["recheck"] = ses
@@ -387,6 +391,11 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         dec["incumbent_vs_baseline"] = round(st[S.BASELINE]["median"] / st[S.INCUMBENT]["median"], 4)
     if not ses["integrity"].get(S.INCUMBENT, {}).get("passed", False):
         _finish(rec, "error", "the incumbent failed slot integrity in the re-check: " + ses["integrity"][S.INCUMBENT]["reason"][:400])
+        return
+    check = start_check(ses, start.kernel == inc.kernel and dict(start.config) == dict(inc.config))
+    dec["start_check"] = check
+    if check.get("unreliable"):
+        _finish(rec, "no_win", f"numbers unreliable: {check['text']}; nothing proposed")
         return
     impossible = _below_floor(be, peaks, work, st)
     if impossible:
@@ -432,6 +441,30 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
 
 
 # ------------------------------------------------------------------------------------------ from a plan
+
+START_CHECK = "start_check"
+
+
+def start_check(ses: dict[str, Any], identical: bool) -> dict[str, Any]:
+    """The hidden A/A of the start config in the re-check: its ratio against the incumbent, and whether
+    the session is trustworthy (only judged when the start config is the incumbent's own)."""
+    ratio = ses.get("ratio_vs_incumbent", {}).get(START_CHECK)
+    noise = ses.get("noise_pct")
+    out: dict[str, Any] = {"ratio_vs_incumbent": ratio, "identical_to_incumbent": identical, "noise_pct": noise}
+    if ratio is None:
+        out["text"] = "the start config was not timed in the re-check"
+        return out
+    floor = max(noise or 0.0, 1.0)
+    dev = 100.0 * abs(ratio - 1.0)
+    out["within_noise"] = dev <= floor
+    if identical and not out["within_noise"]:
+        out["unreliable"] = True
+        out["text"] = (f"the start config, identical to the incumbent, came out at {ratio:.3f}x the incumbent, outside the "
+                       f"{floor:.2f}% noise floor: the session's ratios are not trustworthy")
+    else:
+        out["text"] = f"start config at {ratio:.3f}x the incumbent ({'within' if out['within_noise'] else 'outside'} the {floor:.2f}% noise floor)"
+    return out
+
 
 def tune_from_plan(index: SkillIndex, trace: str | Path, *, arch: str | None = None, **kw: Any) -> list[dict[str, Any]]:
     """Tune every UNTUNED item of the trace's plan; an item that cannot be tuned is its own error row."""
