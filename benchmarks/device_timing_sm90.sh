@@ -27,6 +27,20 @@ from skillrun.execute import timing
 t = timing.EventTimer()
 print("spin cycles/us", round(t.calibrate(), 1), "sm clock MHz", t.dev.sm_clock_mhz())
 import re2, jsonschema, pydantic  # noqa: F401  the runner's own dependencies, carried as wheels
+import time
+# The idle-start bias and its fix on this device: the same matmul in two slots (an A/A pair), with
+# 2 ms of host work between rounds (what the harness's integrity checks do), without and with the hold.
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+gap = lambda info: time.sleep(0.002)  # noqa: E731
+for hold in (False, True):
+    tm = timing.EventTimer(hold=hold)
+    r = timing.interleave({"big": [lambda: a @ a], "big#aa": [lambda: a @ a], "small": [lambda: b @ b]}, tm, 60, 3,
+                          after_round=gap)
+    med = {k: round(sorted(v)[len(v) // 2] * 1e3, 1) for k, v in r["samples"].items()}
+    print(f"hold={hold}: median us {med}; position effect {r['position_effect']['max_pct']:.1f}% "
+          f"({r['position_effect']['slot']}); unheld rounds {r['unheld_rounds']}; final hold {tm.hold_us:.0f} us; "
+          f"by position {r['position_effect']['median_ms_by_position']}")
 try:
     import mslk  # noqa: F401
     print("mslk ok")

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("targets", nargs="+")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=420.0)
-    ap.add_argument("--isolation", choices=("spawn", "fork", "auto"), default="auto",
-                    help="auto: fork from the zygote (torch imported once), back to spawn if the first shape's children fail")
+    ap.add_argument("--isolation", choices=("spawn", "fork"), default="spawn",
+                    help="spawn (a fresh interpreter per task) is the GPU default; fork children failed CUDA init on the H200")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--emit-bench-configs", type=Path, metavar="JSON",
@@ -88,19 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             break
         ts = time.time()
         try:
-            def once(iso: str) -> dict:
-                (rec,) = api.run_skill(index, card, [shape], rounds=a.rounds, seeds=a.seeds, cuda_graph=True,
-                                       isolation=iso, timeout_s=min(240.0, left),
-                                       command=f"benchmarks/validate_recipes.py {card}:{shape} --rounds {a.rounds}")
-                return rec
-
-            rec = once("fork" if isolation == "auto" else isolation)
-            if isolation == "auto":
-                isolation = "fork"
-                if rec.get("verdict") == "error" and not (rec.get("references") or []):
-                    print(f"fork isolation failed ({str(rec.get('reason'))[:200]}); using spawn", flush=True)
-                    isolation = "spawn"
-                    rec = once("spawn")
+            (rec,) = api.run_skill(index, card, [shape], rounds=a.rounds, seeds=a.seeds, cuda_graph=True,
+                                   isolation=isolation, timeout_s=min(240.0, left),
+                                   command=f"benchmarks/validate_recipes.py {card}:{shape} --rounds {a.rounds}")
             row = summary(rec, time.time() - ts)
         except Exception as exc:  # one shape's failure is its own row
             row = {"card": card, "shape": shape, "verdict": "error", "reason": f"{type(exc).__name__}: {str(exc)[:400]}",

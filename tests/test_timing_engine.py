@@ -129,3 +129,15 @@ def test_time_slots_is_the_benchmarks_entry_to_the_same_engine():
     assert t["median_ms"]["a"] * 1e3 == pytest.approx(50.0, rel=0.01)
     assert t["median_ms"]["b"] / t["median_ms"]["a"] == pytest.approx(1.5, rel=0.01)
     assert "spin" in t["method"]
+
+
+def test_spin_calibration_survives_a_slow_first_launch_and_never_trusts_an_impossible_clock():
+    gpu = SimGPU(clock_mhz=1755.0)
+    assert timing.EventTimer(device=gpu).calibrate() == pytest.approx(1755.0, rel=0.01)
+
+    class Frozen(SimGPU):
+        def spin(self, cycles):  # a spin that takes no time at all: the difference is meaningless
+            self.enqueue(0.0, 5.0)
+
+    t = timing.EventTimer(device=Frozen(clock_mhz=1980.0))
+    assert t.calibrate() == 1980.0 and "unusable" in t.calibration_note  # NVML's clock, not 1e9

@@ -40,6 +40,9 @@ HOLD_MAX_US = 200_000.0
 # nvbench drops samples below 75 % of the default SM clock; with no default clock readable we use
 # the highest clock seen in the session.
 THROTTLE_FRACTION = 0.75
+# Spin calibration: two lengths in SM cycles, and the range a real SM clock lies in (cycles per us).
+CAL_SHORT, CAL_LONG = 100_000, 1_100_000
+CAL_MIN, CAL_MAX = 100.0, 5000.0
 
 
 class Timer(Protocol):
@@ -121,30 +124,45 @@ class EventTimer:
         self._round_t0 = 0.0
         self._hold_end = None
         self.rounds_unheld = 0
+        self.calibration_note: str | None = None
         if not hold:
             self.method = "device events around each launch (no hold: an idle device adds launch latency)"
 
     def calibrate(self) -> float:
-        """SM cycles per microsecond of the spin, measured with events (two lengths, so launch cost cancels)."""
+        """SM cycles per microsecond of the spin, measured with events.
+
+        The first spin pays one-time costs (module load), so it is warmed up first; two lengths are
+        timed three times each (min), so launch cost cancels in the difference. A result outside what
+        any GPU clock can be (0.1-5 GHz) falls back to the SM clock NVML reads, else 1.5 GHz: a wrong
+        calibration must never queue a spin of seconds."""
         if self.cycles_per_us is None:
-            times = []
-            for cycles in (200_000, 1_000_000):
-                self.dev.synchronize()
-                a, b = self.dev.event(), self.dev.event()
-                a.record()
-                self.dev.spin(cycles)
-                b.record()
-                self.dev.synchronize()
-                times.append(a.elapsed_time(b) * 1e3)
-            dt = max(times[1] - times[0], 1e-3)
-            self.cycles_per_us = 800_000 / dt
+            def timed(cycles: int) -> float:
+                best = math.inf
+                for _ in range(3):
+                    self.dev.synchronize()
+                    a, b = self.dev.event(), self.dev.event()
+                    a.record()
+                    self.dev.spin(cycles)
+                    b.record()
+                    self.dev.synchronize()
+                    best = min(best, a.elapsed_time(b) * 1e3)
+                return best
+
+            timed(10_000)  # warm-up: the spin kernel's first launch
+            short, long_ = timed(CAL_SHORT), timed(CAL_LONG)
+            cpu = (CAL_LONG - CAL_SHORT) / (long_ - short) if long_ > short else math.nan
+            if not (CAL_MIN <= cpu <= CAL_MAX):
+                clock = self.dev.sm_clock_mhz()
+                cpu = clock if clock and CAL_MIN <= clock <= CAL_MAX else 1500.0
+                self.calibration_note = f"spin calibration unusable ({short:.1f} us / {long_:.1f} us); using {cpu:.0f} cycles/us"
+            self.cycles_per_us = cpu
         return self.cycles_per_us
 
     def begin_round(self) -> None:
         self._hold_end = None
         if self.hold:
             cpu = self.calibrate()
-            self.dev.spin(int(self.hold_us * cpu))
+            self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * cpu))
             self._hold_end = self.dev.event()
             self._hold_end.record()
         self._round_t0 = self.dev.host_us()
