@@ -62,7 +62,7 @@ def _new_recipe(card: SkillCard, rec: dict[str, Any], name: str, artifact: str) 
     loses = [f"incumbent recipe {rec['recipe']['name']}: this recipe is {dec['speedup_vs_incumbent']:.3f}x faster in the same "
              f"re-check session (A/A noise {noise:.2f}%)"]
     for other in ses["slots"]:
-        if other in (cid, "incumbent", "baseline") or by_id[other]["config"] in (win["config"], rec["recipe"]["config"]):
+        if other in (cid, "incumbent", "baseline") or other not in by_id or by_id[other]["config"] in (win["config"], rec["recipe"]["config"]):
             continue
         sp = ses["ratio_vs_incumbent"].get(other)
         if sp:
