@@ -141,3 +141,17 @@ def test_spin_calibration_survives_a_slow_first_launch_and_never_trusts_an_impos
 
     t = timing.EventTimer(device=Frozen(clock_mhz=1980.0))
     assert t.calibrate() == 1980.0 and "unusable" in t.calibration_note  # NVML's clock, not 1e9
+
+
+def test_graph_samples_of_several_back_to_back_calls_are_reported_per_call():
+    from skillrun.execute.worker import MAX_REPEAT, graph_repeat, per_call
+
+    assert graph_repeat({"repeat": 4}, {}, 3) == 4 and graph_repeat({"repeat": 999}, {}, 3) == MAX_REPEAT
+    gpu = SimGPU()
+    # One sample = 4 calls of 100 us (what a replayed graph of 4 calls measures), then per call.
+    t, _ = _run(gpu, {"port": [lambda: [gpu.kernel(PORT_US) for _ in range(4)]],
+                      "baseline": [lambda: [gpu.kernel(BASE_US) for _ in range(4)]]}, rounds=10)
+    per_call(t, 4)
+    assert _med(t, "port") == pytest.approx(PORT_US, rel=0.01)
+    assert t["raw"]["baseline"]["ms"][3] * 1e3 == pytest.approx(BASE_US, rel=0.01)
+    assert t["position_effect"]["median_ms_by_position"]["port"][0] * 1e3 == pytest.approx(PORT_US, rel=0.01)

@@ -415,7 +415,9 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
     samples: dict[str, list[float]] = t["samples"]
     stats = {slot: summarize(v) for slot, v in samples.items() if v}
     timing: dict[str, Any] = {
-        "method": t["method"] + (", CUDA-graph replay" if ses.get("cuda_graph") else ""),
+        "method": t["method"] + ((f", CUDA-graph replay of {t['repeat']} back-to-back calls per sample (input sets rotating), "
+                                  "reported per call" if t.get("repeat", 1) > 1 else ", CUDA-graph replay")
+                                 if ses.get("cuda_graph") else ""),
         "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
         "interleaved": ("same process, one launch per slot per round; positions balanced (blocks of one round per slot, "
                         "a random order rotated through every position)" if "raw" in t else
@@ -424,6 +426,8 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
         "port_ms": stats["port"],
     }
     timing.update(engine_facts(t))
+    if "repeat" in t:
+        timing["repeat"] = t["repeat"]
     if "baseline" in stats:
         timing["baseline_ms"] = stats["baseline"]
     alt_stats = {k[4:]: v for k, v in stats.items() if k.startswith("alt:") and not k.endswith("#aa")}
