@@ -48,6 +48,10 @@ except Exception as exc:
     print("mslk unavailable:", exc)
 PY
 } 2>&1 | tee -a "$LOG"
+if [ -n "$GPU_TESTS" ]; then  # e.g. GPU_TESTS="tests/test_execute_untrusted.py tests/test_timing_engine.py"
+  # shellcheck disable=SC2086
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -x $GPU_TESTS 2>&1 | tail -15 | tee -a "$LOG"
+fi
 # shellcheck disable=SC2086
 timeout $((BUDGET_S + 60)) python3 benchmarks/validate_recipes.py $TARGETS --rounds "$ROUNDS" --budget-s "$BUDGET_S" \
   --out "$OUT/validate.json" 2>&1 | tee -a "$LOG"
