@@ -34,6 +34,7 @@ class SimGPU:
         self.clock = clock_mhz
         self.kernels = 0
         self.spins = 0
+        self.lead_ins: list[float] = []
         self.first_spin_us = 3000.0
 
     # -- the Device protocol
@@ -57,6 +58,7 @@ class SimGPU:
         return self.h
 
     def lead_in(self) -> None:
+        self.lead_ins.append(self.h)
         self.enqueue(10.0, self.launch_us)
 
     # -- what the test's "kernels" and the harness's host work do

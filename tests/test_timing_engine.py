@@ -114,9 +114,21 @@ def test_observed_rounds_are_held_per_launch_so_an_honest_slot_shows_no_observer
         yield
         gpu.synchronize()
 
+    inside = []
+
+    @contextmanager
+    def watching(slot):
+        with observer(slot):
+            before = len(gpu.lead_ins)
+            yield
+            inside.append(len(gpu.lead_ins) - before)
+
     slots = _slots(gpu, {"port": 20.0, "baseline": BASE_US, "baseline#aa": BASE_US})
-    t, _ = _run(gpu, slots, rounds=30, observe=4, observer=observer)
+    t, _ = _run(gpu, slots, rounds=30, observe=4, observer=watching)
     assert len(t["observed"]["port"]) == 4
+    # No harness kernel other than the (filtered) spin runs inside a profiled window: the H200 run
+    # at 70f5308 failed every slot's name gate on the lead-in memset.
+    assert inside == [0] * 12 and len(gpu.lead_ins) >= 30
     # Short and long kernels alike: observed time = plain time (the profiler's cost is outside).
     assert observed_slowdown(t, "port") == pytest.approx(1.0, rel=0.02)
     assert observed_slowdown(t, "baseline") == pytest.approx(1.0, rel=0.02)
