@@ -405,7 +405,13 @@ def test_oracle_samples_say_which_arm_is_right_and_the_output_verdict_follows():
     b = child.Controller({"items": items}, "B", "", "", oracle=2)
     b.load_routes()
     call, (x, w, sa, sb) = _scaled_mm_call(route)
-    routed, value = b.route(name, op, call, None)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # a workload's TF32 setting: the oracle ignores it, and it is kept
+    try:
+        routed, value = b.route(name, op, call, None)
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
     want = (x.float() @ w.float().t()) * sa * sb
     assert routed and float((value.float() - want).norm() / want.norm()) < 1e-2
     assert [r["passed"] for r in b.oracle_checks] == [True]

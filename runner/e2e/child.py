@@ -258,10 +258,18 @@ class Controller:
         name = item.get("problem")
         if not name:
             return "the plan item names no problem module"
+        torch = self.torch
+        # The workload may have allowed TF32 (or lower) matmuls; the oracle is fp32 whatever it set.
+        saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         try:
+            torch.set_float32_matmul_precision("highest")
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
             return importlib.import_module(name).oracle(call.inputs).float()
         except Exception as exc:  # noqa: BLE001
             return f"{name}.oracle raised: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        finally:
+            torch.set_float32_matmul_precision(saved[0])
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[1], saved[2]
 
     def _judge(self, item: dict, call, ref: Any, n_call: int) -> None:
         row: dict[str, Any] = {"item": item["id"], "call": n_call, "shape": _shape_text(call.shape)}
