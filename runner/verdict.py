@@ -13,6 +13,9 @@ Rules a reviewer can rely on:
 * the headline reference (the one ``speedup`` and ``timing.versus`` refer to) is the first timed
   oracle-correct reference in the order baseline, production alternatives, other alternatives; when
   none is oracle-correct it is the first timed one in that order, and the text says it fails;
+* a production kernel that is faster than the port but fails the oracle is named as such in words
+  ("the faster kernel is the production X ..., and it fails the oracle while the port passes"),
+  whichever reference leads the text;
 * a reference that could not run says why: ``unavailable`` (its library is not importable),
   ``unsupported`` (it raised for this shape) or ``error``.
 """
@@ -152,6 +155,19 @@ def _others(refs: list[RefOutcome], speeds: dict[str, RefSpeed], primary: str | 
     return out
 
 
+def _faster_but_failing(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> list[str]:
+    """A clause per production kernel that beats the port on time but fails the oracle: the case a
+    reader must not take for a loss of the port (e.g. an fp8 kernel that never promotes its
+    accumulator over a deep K)."""
+    out = []
+    for r in refs:
+        sp = speeds[r.name]
+        if r.production and _fails(r) and sp.speed == "slower" and sp.speedup:
+            out.append(f"the faster kernel is the production {r.name} ({1 / sp.speedup:.3g}x the port's speed), "
+                       "and it fails the oracle while the port passes")
+    return out
+
+
 def decide(port: PortOutcome, refs: list[RefOutcome], noise_pct: float | None, *, gpu: bool = True,
            timer: str | None = None) -> Decision:
     """verdict + verdict_text + per-reference speed labels for one item.
@@ -216,7 +232,7 @@ def decide(port: PortOutcome, refs: list[RefOutcome], noise_pct: float | None, *
             head += f", and {primary.name} fails the oracle" + (" (the port is the only oracle-correct kernel)" if only_correct else "")
         else:
             head += f", and {primary.name} fails the oracle"
-    others = _others(refs, speeds, primary.name)
+    others = _faster_but_failing(refs, speeds) + _others(refs, speeds, primary.name)
     text = head + ("; " + "; ".join(others) if others else "")
     if not gpu:
         return Decision("cpu_numerics_passed", f"port passes the oracle; host timing{f' ({timer})' if timer else ''}, "

@@ -43,6 +43,25 @@ def test_every_combination_of_port_parity_baseline_parity_and_speed(port_ok, bas
         assert "but the only oracle-correct kernel" in d.text
     else:
         assert "and mslk_rowwise_batched fails the oracle" in d.text
+    # the words for "the faster production kernel is the wrong one": exactly when it is faster and fails
+    said = "the faster kernel is the production mslk_rowwise_batched (1.25x the port's speed), and it fails the oracle" in d.text
+    assert said == (speed == "slower" and not base_ok), d.text
+
+
+@pytest.mark.parametrize("mslk_ok,mslk_speed,other_ok,production", list(itertools.product(
+    [True, False], list(REF_MS), [True, False], [True, False])))
+def test_a_faster_production_kernel_that_fails_the_oracle_is_named_whichever_reference_leads(
+        mslk_ok, mslk_speed, other_ok, production):
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("scaled_mm_loop", role="baseline", parity_passed=other_ok, median_ms=0.4),
+            RefOutcome("mslk_rowwise_batched", production=production, parity_passed=mslk_ok, median_ms=REF_MS[mslk_speed])]
+    d = decide(port, refs, NOISE)
+    said = "the faster kernel is the production mslk_rowwise_batched" in d.text
+    assert said == (production and not mslk_ok and mslk_speed == "slower"), d.text
+    if said:
+        assert "(1.25x the port's speed), and it fails the oracle while the port passes" in d.text
+    # the headline stays the first oracle-correct reference: the words add, they never change the verdict
+    assert d.primary == ("scaled_mm_loop" if other_ok or not mslk_ok else "mslk_rowwise_batched")
 
 
 def test_a_ratio_inside_the_noise_floor_is_never_faster_or_slower():
