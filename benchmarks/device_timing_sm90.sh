@@ -63,4 +63,9 @@ if [ "$BENCH" = 1 ]; then
   python3 benchmarks/compare_runner_bench.py --validate "$OUT/validate.json" --bench "$OUT/fp8bs_bench.json" \
     --out "$OUT/runner_vs_bench.json" 2>&1 | tee -a "$LOG"
 fi
+if [ -n "$MOE_BENCH" ]; then  # e.g. MOE_BENCH="--group-size 128 --combos 64x2048 --tokens 16 64"
+  # shellcheck disable=SC2086
+  timeout "${MOE_BENCH_TIMEOUT:-100}" python3 benchmarks/bench_moe_a16wi4_sm90.py $MOE_BENCH --out "$OUT/moe_bench.json" 2>&1 \
+    | tail -30 | tee -a "$LOG"
+fi
 tar czf "$OUT/evidence.tgz" validation 2>/dev/null
