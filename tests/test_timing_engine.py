@@ -167,3 +167,18 @@ def test_graph_samples_of_several_back_to_back_calls_are_reported_per_call():
     assert _med(t, "port") == pytest.approx(PORT_US, rel=0.01)
     assert t["raw"]["baseline"]["ms"][3] * 1e3 == pytest.approx(BASE_US, rel=0.01)
     assert t["position_effect"]["median_ms_by_position"]["port"][0] * 1e3 == pytest.approx(PORT_US, rel=0.01)
+
+
+def test_a_slot_that_synchronizes_inside_its_launch_keeps_its_samples_with_a_warning():
+    gpu = SimGPU()
+
+    def syncing():  # eager code that reads a count back from the device mid-launch
+        gpu.kernel(30.0)
+        gpu.synchronize()
+        gpu.kernel(30.0)
+
+    slots = {"port": [syncing], "baseline": [lambda: gpu.kernel(BASE_US)], "baseline#aa": [lambda: gpu.kernel(BASE_US)]}
+    t, _ = _run(gpu, slots, rounds=12)
+    assert t["hold_ineffective"] and len(t["samples"]["port"]) == 12  # nothing lost
+    w = " ".join(timing_warnings(engine_facts(t), {}, 1.0))
+    assert "waits for the host inside its launch" in w

@@ -406,6 +406,11 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                           "integrity checked on host ops; no GPU timing was possible")
         _two_axis(ctx, rec, port, base, alts)
         return
+    if not (ses["timing"].get("samples") or {}).get("port"):
+        rec.update(speedup=None, verdict="error",
+                   reason="no timed sample of the port was kept (every round was dropped as unheld or throttled)")
+        _two_axis(ctx, rec, port, base, alts, problem="no timed sample of it was kept")
+        return
     _timing(ctx, rec, ses, base, alts, shape, port)
 
 

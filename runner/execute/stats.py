@@ -67,6 +67,7 @@ def engine_facts(t: dict) -> dict:
     if "unheld_rounds" in t:
         out["hold"] = {"used": bool(t.get("held")), "final_us": round(t["hold_us"], 1) if t.get("hold_us") else None,
                        "unheld_rounds": t.get("unheld_rounds", 0), "throttled_rounds": t.get("throttled_rounds", 0),
+                       "ineffective": bool(t.get("hold_ineffective")),
                        "how": ("a device-side spin (torch.cuda._sleep, calibrated in SM cycles) queued before each round, "
                                "sized to outlast the host's queuing of the round; a round whose spin had ended before "
                                "the last launch was queued is not kept")
@@ -91,7 +92,11 @@ def timing_warnings(timing: dict, stats: dict, noise_pct: float | None) -> list[
         out.append(f"position effect: {pe['slot']}'s median differs by {pe['max_pct']:.1f}% between positions in the round "
                    f"(noise floor {floor:.1f}%); positions are balanced, so no slot is favoured, but the spread is real")
     hold = timing.get("hold") or {}
-    if hold.get("unheld_rounds"):
+    if hold.get("ineffective"):
+        out.append(f"the hold did not cover {hold['unheld_rounds']} of the rounds: a slot waits for the host inside its "
+                   "launch (eager code that synchronizes), so launches after it in a round may include idle-device "
+                   "gaps; those rounds were kept (positions are balanced) rather than losing the slot")
+    elif hold.get("unheld_rounds"):
         out.append(f"{hold['unheld_rounds']} round(s) started before the round was fully queued (hold too short) "
                    "and were left out; the hold was lengthened")
     if hold.get("throttled_rounds"):

@@ -429,12 +429,20 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             break
         if over:  # out of time, but no round was observed yet: observe the next one, then stop
             observed_at = {i + 1}
+    unheld = sum(1 for h in round_info["held"] if h is False)
+    judged = sum(1 for h in round_info["held"] if h is not None)
+    hold_ineffective = bool(judged) and unheld > judged / 2
+    if hold_ineffective:
+        # A launch that waits for the host inside itself (a .item(), a routing count read back, a
+        # per-expert Python loop that synchronizes) ends the hold early whatever its length, so most
+        # rounds read "unheld". Dropping them would drop the slot; keep them and say so instead.
+        for cols in raw.values():
+            cols["kept"] = [True] * len(cols["kept"])
     _drop_throttled(raw, round_info)
     samples = {n: [ms for ms, k in zip(raw[n]["ms"], raw[n]["kept"]) if k] for n in names}
-    unheld = sum(1 for h in round_info["held"] if h is False)
     return {"samples": samples, "rounds": done, "warmup": warmup, "observed": observed,
             "observed_positions": observed_pos, "observed_rounds": seen, "raw": raw, "round_info": round_info,
-            "unheld_rounds": unheld, "throttled_rounds": sum(1 for x in round_info.get("throttled", []) if x),
+            "unheld_rounds": unheld, "hold_ineffective": hold_ineffective, "throttled_rounds": sum(1 for x in round_info.get("throttled", []) if x),
             "position_effect": position_effect(raw), "block": block,
             "held": bool(getattr(timer, "hold", False)), "hold_us": getattr(timer, "hold_us", None)}
 

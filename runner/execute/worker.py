@@ -366,7 +366,7 @@ def _session(task: dict) -> dict:
             per_call(t, repeat)
         res["timing"] = {"method": timer.method, "repeat": repeat,
                          **{k: t[k] for k in ("samples", "rounds", "warmup", "raw", "round_info",
-                                                                       "position_effect", "unheld_rounds", "throttled_rounds",
+                                                                       "position_effect", "unheld_rounds", "hold_ineffective", "throttled_rounds",
                                                                        "observed", "observed_positions", "held", "hold_us")},
                          "observed_rounds": len(t["observed_rounds"]),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in observer.kernel_ms().items()}
