@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SPEEDS = ("faster", "slower", "within_noise", "not_timed")
-REF_STATUSES = ("ok", "unavailable", "unsupported", "error")
+REF_STATUSES = ("ok", "unavailable", "unsupported", "error", "timeout", "crashed")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class RefOutcome:
     name: str
     role: str = "alternative"  # baseline | alternative
     production: bool = False
-    status: str = "ok"  # ok | unavailable | unsupported | error
+    status: str = "ok"  # ok | unavailable | unsupported | error | timeout | crashed (the launch watchdog)
     parity_passed: bool | None = None
     median_ms: float | None = None
     # False when its slot failed the integrity check or its time is below the physical floor:
@@ -108,7 +108,8 @@ def _fails(ref: RefOutcome) -> bool:
 
 
 def _why_not_run(ref: RefOutcome, tag: str = "") -> str:
-    what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run"}.get(ref.status, ref.status)
+    what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run",
+            "timeout": "timed out (its launch did not return: deadlock?)", "crashed": "crashed"}.get(ref.status, ref.status)
     err = (ref.error or "").strip().splitlines()[0] if ref.error else ""
     for prefix in ("unavailable: ", "ReferenceUnavailable: ", "unsupported shape: "):
         err = err[len(prefix):] if err.startswith(prefix) else err

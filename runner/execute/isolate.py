@@ -136,7 +136,23 @@ atexit.register(_ZYGOTE.stop)
 
 def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | None] | None = None,
              isolation: str = "spawn") -> dict[str, Any]:
-    """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``."""
+    """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``.
+
+    A session task that carries ``watchdog`` (``{"deadline_s": s}``) first has its slots probed
+    under that deadline (watchdog.py): slots that hang, crash or raise are left out, the rest are
+    timed, and the result carries the watchdog's record. This is the one place the harness and the
+    tuner (inline, local lanes, Ray) start sessions, so every one of them is guarded."""
+    if task.get("kind") == "session" and task.get("watchdog"):
+        from skillrun.execute import watchdog
+
+        kept, record = watchdog.admit(task, env=env)
+        if task["port_slot"] in record["dropped"]:
+            why = record["dropped"][task["port_slot"]]
+            return {"status": "error", "fault": why["status"], "error": f"watchdog: {why['reason']}",
+                    "watchdog": record, "wall_s": 0.0}
+        res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
+        res["watchdog"] = record
+        return res
     with tempfile.TemporaryDirectory(prefix="skillrun-child-") as tmp:
         d = Path(tmp)
         (d / "task.json").write_text(json.dumps(task))

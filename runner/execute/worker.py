@@ -2,6 +2,7 @@
 
 Tasks (JSON):
   candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
+  probe      the launch watchdog's probe (watchdog.py): each slot's first launches, progress written around each
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
@@ -468,7 +469,50 @@ def _is_host_kernel(launch) -> bool:
     return (launch.describe or {}).get("backend") in ("torch", "cpu")
 
 
-TASKS = {"candidate": candidate, "session": session}
+def probe(task: dict) -> dict:
+    """The watchdog's probe (watchdog.py): each slot built and launched in turn, progress written around it.
+
+    The parent reads the progress file to know which slot a hang belongs to; the lines are flushed
+    and synced before the launch so that a slot that never returns is still named."""
+    device = task["device"]
+    sync = _sync(device)
+    problem = importlib.import_module(task["problem"])
+    shape = dict(task["shape"])
+    inputs = problem.make_inputs(shape, 0, device)
+
+    def note(event: dict) -> None:
+        with open(task["progress"], "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    out: dict[str, Any] = {"status": "ok", "probes": {}}
+    for s in task["slots"]:
+        note({"slot": s["slot"], "event": "start"})
+        t0 = time.perf_counter()
+        try:
+            launch, _ = _build(s["ref"], shape, s.get("config") or {}, device)
+            prepared = launch.prepare(inputs)
+            buf = problem.output_like(shape, device)
+            for _ in range(max(1, int(task.get("launches", 1)))):
+                _run_once(launch, prepared, buf, sync)
+            ev = {"slot": s["slot"], "event": "ok", "seconds": round(time.perf_counter() - t0, 3)}
+            del launch, prepared, buf
+        except Exception as exc:  # this slot's error; the next slot is still probed
+            ev = {"slot": s["slot"], "event": "error", "seconds": round(time.perf_counter() - t0, 3),
+                  "reason": f"{type(exc).__name__}: {exc}"[:600]}
+            if device.startswith("cuda"):
+                try:
+                    sync()
+                except Exception:  # a sticky device error: later slots need a fresh context (a new child)
+                    note(ev)
+                    os._exit(3)
+        note(ev)
+        out["probes"][s["slot"]] = ev
+    return out
+
+
+TASKS = {"candidate": candidate, "session": session, "probe": probe}
 
 
 def main(argv: list[str]) -> int:

@@ -167,8 +167,12 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                ray_num_gpus: float | None = None, compile_only: bool = False, arch: str | None = None,
                start_from: str | Path | None = None, apply: bool = False, write: bool = True,
                validation_root: Path | None = None, cold_l2: str = "rotate", cuda_graph: bool = False,
-               isolation: str | None = None, command: str | None = None, peaks: Any = None) -> dict[str, Any]:
-    """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None)."""
+               isolation: str | None = None, command: str | None = None, peaks: Any = None,
+               launch_timeout_s: float | None = None) -> dict[str, Any]:
+    """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None).
+
+    ``launch_timeout_s``: the launch watchdog's deadline for each session slot's first launches
+    (skillrun.execute.watchdog; None = on a GPU the harness's LAUNCH_TIMEOUT_S, off on the CPU; 0 = off)."""
     card = index.skill(skill_id)
     validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     if compile_only:
@@ -197,6 +201,9 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         pruned = []
     ctx = _ctx(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
                warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
+    from skillrun.execute.harness import LAUNCH_TIMEOUT_S
+
+    ctx["watchdog_s"] = launch_timeout_s if launch_timeout_s is not None else (LAUNCH_TIMEOUT_S if be.gpu else 0)
     inc_recipe = {"name": inc.name, "untuned": sel.untuned, "kernel": inc.kernel, "backend": inc.backend,
                   "config": dict(inc.config), "why": ("the card's default (UNTUNED shape); " if sel.untuned else "selected for this shape; ")
                   + f"sweep starts from {start_name}: {why}"}
@@ -302,6 +309,14 @@ def _same_error_note(failed: list[dict[str, Any]], n: int, notes: list[str]) -> 
                          "not the configs; the survivors may not be the space's best")
 
 
+def _dropped(by_id: dict[str, dict[str, Any]], ses: dict[str, Any]) -> None:
+    """Candidates the launch watchdog left out of a session: their status says why (timeout, crashed, ...)."""
+    for cid, why in ses["dropped"].items():
+        if cid in by_id and by_id[cid]["role"] == "candidate":
+            by_id[cid]["status"] = why["status"] if why["status"] in ("timeout", "crashed") else "raised"
+            by_id[cid]["reason"] = "launch watchdog, before the timed session: " + why["reason"][:500]
+
+
 def _finish(rec: dict[str, Any], verdict: str, reason: str) -> None:
     rec["verdict"], rec["reason"] = verdict, reason
     rec["decision"]["reason"] = reason
@@ -340,6 +355,7 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         ses = S.read_session(res, ids)
         ses["device"] = res.get("device")
         sessions.append(ses)
+        _dropped(by_id, ses)
         if "error" in ses:
             for cid in ids:
                 by_id[cid]["sweep"] = {"error": ses["error"][:500]}
@@ -347,6 +363,8 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         if rec["timing"] is None and res.get("timing"):
             rec["timing"] = _timing_meta(ctx, res, rounds)
         for cid in ids:
+            if cid in ses["dropped"]:
+                continue
             ok = ses["integrity"].get(cid, {}).get("passed", False)
             sp = ses["ratio_vs_incumbent"].get(cid)
             by_id[cid]["sweep"] = {"speedup_vs_incumbent": sp, "median_ms": ses["stats"].get(cid, {}).get("median"),
@@ -374,6 +392,7 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
     dev = res.get("device")
     ses["device"] = f"{be.facts.name} (device {dev})" if dev is not None else be.facts.name
     rec["recheck"] = ses
+    _dropped(by_id, ses)
     if "error" in ses:
         _finish(rec, "error", f"the re-check session failed: {ses['error'][:600]}")
         return
@@ -395,6 +414,8 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         return
     best = None
     for cid in finalists:
+        if cid in ses["dropped"]:
+            continue
         sp = ses["ratio_vs_incumbent"].get(cid)
         ok = ses["integrity"].get(cid, {}).get("passed", False)
         by_id[cid]["recheck"] = {"speedup_vs_incumbent": sp, "median_ms": st.get(cid, {}).get("median"),
