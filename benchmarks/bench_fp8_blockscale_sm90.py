@@ -62,6 +62,27 @@ def _imports():
     return problem, references, triton_sm90
 
 
+KREF = "skillrun_kernels.fp8_blockscale_gemm"
+
+
+def guarded(sd: dict, variants: dict[str, tuple[str, dict | None]], args) -> dict[str, dict]:
+    """The launch watchdog (skillrun.execute.watchdog) over this shape's kernel variants, one
+    child process for all: name -> {status, error} for each variant that must not be launched here
+    (it hung, crashed or raised in its probe); a variant not in the answer may run. Off with
+    --watchdog-s 0."""
+    if not args.watchdog_s or not variants:
+        return {}
+    from skillrun.execute.watchdog import probe_kernels
+
+    slots = [{"slot": n, "ref": ref, "config": cfg or {}} for n, (ref, cfg) in variants.items()]
+    t0 = time.time()
+    probes = probe_kernels(slots, problem=f"{KREF}.problem", shape=sd, device=DEV, deadline_s=args.watchdog_s)
+    bad = {p.slot: {"status": p.status, "error": f"launch watchdog: {p.reason}"[:600]} for p in probes if p.status != "ok"}
+    print(f"[watchdog {sd['M']}x{sd['N']}x{sd['K']}] {len(probes)} variants probed in {time.time() - t0:.1f}s; "
+          + ("; ".join(f"{n} {w['status']}: {w['error'][:160]}" for n, w in bad.items()) or "all returned"), flush=True)
+    return bad
+
+
 def _gluon():
     """The Gluon port module, or None where it cannot run (no CUDA device, or no Gluon in this triton)."""
     if DEV != "cuda":
@@ -506,8 +527,14 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
     if hasattr(refs, "build_mslk_groupwise"):  # added by the references work; absent in older trees
         builders["mslk_groupwise"] = lambda: refs.build_mslk_groupwise(sd, None, DEV)
     slots: dict[str, GraphSlot] = {}
+    blocked = guarded(sd, {"port": (f"{KREF}.triton_sm90:build", chosen),
+                           **({"gluon": (f"{KREF}.gluon_sm90:build", args.gluon_config)} if "gluon" in builders else {})}, args)
     for name, mk in builders.items():
         info: dict[str, Any] = {}
+        why = blocked.get("port" if name == "port_repeat" else name)
+        if why:  # never launched in this process: a hung launch would take every other slot down
+            row["slots"][name] = dict(why)
+            continue
         try:
             kl = mk()
             preps = [kl.prepare(x) for x in sets]
@@ -592,8 +619,12 @@ def gluon_ablations(gs, sd: dict, sets: list, ref: torch.Tensor, args) -> dict:
     nset = len(sets)
     out: dict[str, Any] = {}
     slots: dict[str, GraphSlot] = {}
+    blocked = guarded(sd, {name: (f"{KREF}.gluon_sm90:build", knobs) for name, knobs in gs.ABLATIONS.items()}, args)
     for name, knobs in gs.ABLATIONS.items():
         info: dict[str, Any] = {"config": knobs}
+        if name in blocked:
+            out[name] = {**info, **blocked[name]}
+            continue
         try:
             kl = gs.build(sd, knobs, DEV)
             preps = [kl.prepare(x) for x in sets]
@@ -695,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gluon-ablations", action="store_true", help="time every gluon_sm90.ABLATIONS variant (M > 256)")
     ap.add_argument("--ablation-rounds", type=int, default=9)
     ap.add_argument("--no-gluon", action="store_true", help="leave the Gluon kernel out")
+    ap.add_argument("--watchdog-s", type=float, default=60.0,
+                    help="probe each shape's port variants in a child first; one that does not return in this many "
+                         "seconds (compile included) is recorded as timeout and not run here (0: off)")
     args = ap.parse_args(argv)
     args.gluon_config = json.loads(args.gluon_config) if args.gluon_config else None
     t0 = time.time()
