@@ -66,6 +66,9 @@ class Decision:
     speeds: dict[str, RefSpeed] = field(default_factory=dict)
     primary: str | None = None  # the reference `speedup` is against
     speedup: float | None = None
+    # The fastest timed, comparable, oracle-correct production reference (what a user would run
+    # instead of the port), named whether or not it is the headline reference.
+    fastest_production: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "verdict_text": self.text, "primary": self.primary, "speedup": self.speedup,
@@ -219,8 +222,19 @@ def decide(port: PortOutcome, refs: list[RefOutcome], noise_pct: float | None, *
             head += f", and {primary.name} fails the oracle"
     others = _others(refs, speeds, primary.name)
     text = head + ("; " + "; ".join(others) if others else "")
+    best = fastest_production(refs, speeds)
+    if best is not None:
+        text += f"; fastest oracle-correct production kernel: {best.name} (port {speeds[best.name].speedup:.3g}x vs it)"
+    name = best.name if best is not None else None
     if not gpu:
         return Decision("cpu_numerics_passed", f"port passes the oracle; host timing{f' ({timer})' if timer else ''}, "
-                        f"not GPU evidence: {text}", speeds, primary.name, sp.speedup)
+                        f"not GPU evidence: {text}", speeds, primary.name, sp.speedup, name)
     verdict = {"faster": "validated", "slower": "slower", "within_noise": "within_noise"}[sp.speed]
-    return Decision(verdict, text, speeds, primary.name, sp.speedup)
+    return Decision(verdict, text, speeds, primary.name, sp.speedup, name)
+
+
+def fastest_production(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> RefOutcome | None:
+    """The production reference with the lowest comparable median among those that pass the oracle."""
+    ok = [r for r in refs if r.production and r.status == "ok" and r.parity_passed is True
+          and speeds[r.name].speed != "not_timed" and r.median_ms is not None]
+    return min(ok, key=lambda r: r.median_ms) if ok else None

@@ -623,4 +623,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             entries[-1]["timing_note"] = o.why_not_comparable
     rec["references"] = entries
     rec["verdict_text"] = dec.text
+    if dec.fastest_production:
+        e = next(x for x in entries if x["name"] == dec.fastest_production)
+        rec["fastest_production"] = {"name": e["name"], "kernel": e["kernel"], "median_ms": e["median_ms"], "speedup": e["speedup"]}
     return dec
