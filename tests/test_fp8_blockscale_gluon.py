@@ -284,3 +284,17 @@ def test_one_wrong_block_scale_is_caught_on_gpu():
     out = kl.run(kl.prepare(x), problem.output_like(sd, "cuda"))
     x["b_scale"][1, 3] *= 1.5  # the oracle now disagrees on one 128x128 block only
     assert problem.rel_error(out, problem.oracle(x)) > 3e-3, f"seed {seed}"
+
+
+def test_config_schema_sidecar_names_exactly_the_config_fields():
+    from dataclasses import fields
+
+    import jsonschema
+
+    from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90_config as side
+
+    assert set(side.CONFIG_SCHEMA["properties"]) == {f.name for f in fields(g.Config)}
+    for name, knobs in g.ABLATIONS.items():  # every twin is a config the schema accepts
+        jsonschema.validate({**g.Config().as_dict(), **knobs}, side.CONFIG_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"BN": 96}, side.CONFIG_SCHEMA)
