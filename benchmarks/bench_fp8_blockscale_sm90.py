@@ -526,6 +526,8 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
         builders["gluon"] = lambda: gs.build(sd, args.gluon_config, DEV)
     if hasattr(refs, "build_mslk_groupwise"):  # added by the references work; absent in older trees
         builders["mslk_groupwise"] = lambda: refs.build_mslk_groupwise(sd, None, DEV)
+    if hasattr(refs, "build_deepgemm") and DEV == "cuda":  # built on the device (device_deepgemm_build.sh)
+        builders["deepgemm"] = lambda: refs.build_deepgemm(sd, None, DEV)
     slots: dict[str, GraphSlot] = {}
     blocked = guarded(sd, {"port": (f"{KREF}.triton_sm90:build", chosen),
                            **({"gluon": (f"{KREF}.gluon_sm90:build", args.gluon_config)} if "gluon" in builders else {})}, args)
@@ -559,8 +561,8 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             if getattr(slots[name], "capture_error", None):
                 info["capture_error"] = slots[name].capture_error
         except Exception as exc:
-            unsupported = type(exc).__name__ == "UnsupportedShape"
-            info["status"] = "unsupported" if unsupported else "error"
+            kind = type(exc).__name__
+            info["status"] = {"UnsupportedShape": "unsupported", "ReferenceUnavailable": "unavailable"}.get(kind, "error")
             info["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
         row["slots"][name] = info
     if M > 256:  # tensor-core ceiling without block scales (different numerics: reference only)
@@ -586,12 +588,12 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             info["power_w_median"] = statistics.median(c[1] for c in clk[name])
         info.setdefault("status", "ok")
     p = row["slots"].get("port", {})
-    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling", "mslk_groupwise"):
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling", "mslk_groupwise", "deepgemm"):
         b = row["slots"].get(base, {})
         if "ms" in p and "ms" in b:
             row[f"speedup_vs_{base}"] = b["ms"] / p["ms"]
     gl_slot = row["slots"].get("gluon", {})
-    for base in ("cublas_blockwise", "cublas_blockwise_padded", "port", "mslk_groupwise", "fp8_tensorwise_ceiling"):
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "port", "mslk_groupwise", "deepgemm", "fp8_tensorwise_ceiling"):
         b = row["slots"].get(base, {})
         if "ms" in gl_slot and "ms" in b:
             row[f"gluon_speedup_vs_{base}"] = b["ms"] / gl_slot["ms"]
