@@ -31,6 +31,7 @@ from skillrun.execute.isolate import run_task
 from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
 from skillrun.execute.proxy import proxy_shape
 from skillrun.execute.stats import aa_noise, summarize
+from skillrun.execute.watchdog import GPU_DEADLINE_S
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan, PlanItem
@@ -60,7 +61,7 @@ class ExecOptions:
     arch: str | None = None  # target arch for selection / compile-only checks on a CPU
     isolation: str | None = None  # "spawn" (fresh interpreter per task; GPU default) | "fork" (zygote; CPU default)
     # Launch watchdog (watchdog.py): each slot's first launches probed under this deadline before the
-    # timed session. None = the backend's default (on a GPU: LAUNCH_TIMEOUT_S; off on the CPU, where
+    # timed session. None = the backend's default (on a GPU: watchdog.GPU_DEADLINE_S; off on the CPU, where
     # every kernel is host code the overall timeout already bounds); 0 = off.
     launch_timeout_s: float | None = None
     command: str | None = None
@@ -387,7 +388,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                    "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
                    "max_seconds": opts.max_timing_s},
     }
-    deadline = opts.launch_timeout_s if opts.launch_timeout_s is not None else (LAUNCH_TIMEOUT_S if be.gpu else 0)
+    deadline = opts.launch_timeout_s if opts.launch_timeout_s is not None else (GPU_DEADLINE_S if be.gpu else 0)
     if deadline:
         task["watchdog"] = {"deadline_s": float(deadline)}
     ses = ctx.run(task, rec["recipe"]["backend"])
@@ -420,10 +421,6 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         _two_axis(ctx, rec, port, base, alts)
         return
     _timing(ctx, rec, ses, base, alts, shape, port)
-
-
-# A slot's compile plus two launches of a large GEMM take seconds; a minute more is a hang.
-LAUNCH_TIMEOUT_S = 120.0
 
 
 def _watchdog_outcome(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict]) -> None:

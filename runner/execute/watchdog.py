@@ -40,6 +40,9 @@ from typing import Any
 from skillrun.execute.isolate import _tail, child_env, describe_exit
 
 PROBE_LAUNCHES = 2
+# The default deadline on a GPU (runner and tuner): a slot's compile plus two launches of a large
+# GEMM take seconds (a DeepGEMM JIT compile tens of seconds); two minutes more is a hang.
+GPU_DEADLINE_S = 120.0
 # How long a fresh probe child may take to import torch and the problem module before its first
 # slot starts (a cold interpreter on a loaded host); it is not part of any slot's deadline.
 STARTUP_S = 300.0

@@ -172,7 +172,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
     """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None).
 
     ``launch_timeout_s``: the launch watchdog's deadline for each session slot's first launches
-    (skillrun.execute.watchdog; None = on a GPU the harness's LAUNCH_TIMEOUT_S, off on the CPU; 0 = off)."""
+    (skillrun.execute.watchdog; None = on a GPU its GPU_DEADLINE_S, off on the CPU; 0 = off)."""
     card = index.skill(skill_id)
     validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     if compile_only:
@@ -203,9 +203,9 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         pruned = []
     ctx = _ctx(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
                warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
-    from skillrun.execute.harness import LAUNCH_TIMEOUT_S
+    from skillrun.execute.watchdog import GPU_DEADLINE_S
 
-    ctx["watchdog_s"] = launch_timeout_s if launch_timeout_s is not None else (LAUNCH_TIMEOUT_S if be.gpu else 0)
+    ctx["watchdog_s"] = launch_timeout_s if launch_timeout_s is not None else (GPU_DEADLINE_S if be.gpu else 0)
     inc_recipe = {"name": inc.name, "untuned": sel.untuned, "kernel": inc.kernel, "backend": inc.backend,
                   "config": dict(inc.config), "why": ("the card's default (UNTUNED shape); " if sel.untuned else "selected for this shape; ")
                   + f"sweep starts from {start_name}: {why}"}
