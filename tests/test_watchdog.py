@@ -96,3 +96,15 @@ def test_the_tuner_records_a_deadlocking_candidate_as_timeout_and_times_the_rest
     assert rows[64]["status"] == "survivor" and rows[64]["sweep"]["speedup_vs_incumbent"] > 1.2
     assert rec["verdict"] == "proposed" and rec["decision"]["winner"] == rows[64]["id"]
     load_tuning_artifact(Path(rec["artifact"]))
+
+
+def test_a_port_that_hangs_in_its_first_launch_is_ended_at_the_launch_deadline_not_the_task_timeout(kb):
+    index, out = kb
+    t0 = time.monotonic()
+    (rec,) = run_skill(index, "defect_hang", [SHAPE], backend="cpu", validation_root=out, timeout_s=600,
+                       launch_timeout_s=DEADLINE, isolation="spawn")
+    assert time.monotonic() - t0 < 300  # the 600 s task timeout was never reached
+    assert rec["verdict"] == "error" and rec["parity"]["port"]["fault"] == "timeout"
+    reason = rec["reason"]
+    assert "build_port_hang (default config)" in reason and "launch for seed 1" in reason
+    assert f"did not return within {DEADLINE:g} s" in reason and "launch watchdog" in reason

@@ -60,8 +60,8 @@ class ExecOptions:
     max_timing_s: float | None = 120.0
     arch: str | None = None  # target arch for selection / compile-only checks on a CPU
     isolation: str | None = None  # "spawn" (fresh interpreter per task; GPU default) | "fork" (zygote; CPU default)
-    # Launch watchdog (watchdog.py): each slot's first launches probed under this deadline before the
-    # timed session. None = the backend's default (on a GPU: watchdog.GPU_DEADLINE_S; off on the CPU, where
+    # Launch watchdog (watchdog.py): each candidate's build and launches in the parity gate, and each
+    # slot's first launches probed before the timed session, under this deadline. None = the backend's default (on a GPU: watchdog.GPU_DEADLINE_S; off on the CPU, where
     # every kernel is host code the overall timeout already bounds); 0 = off.
     launch_timeout_s: float | None = None
     command: str | None = None
@@ -94,6 +94,11 @@ class _Ctx:
     profile_source: str | None
     tol: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def launch_deadline(self) -> float:
+        """The launch watchdog's deadline (watchdog.py); 0 = off."""
+        o = self.opts.launch_timeout_s
+        return float(o) if o is not None else (GPU_DEADLINE_S if self.be.gpu else 0.0)
 
     def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
         iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
@@ -296,6 +301,8 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
             "tolerance": ctx.tol}
+    if ctx.launch_deadline():
+        task["launch_deadline_s"] = ctx.launch_deadline()
     res = ctx.run(task, ctx.item.backend)
     res["name"], res["ref"], res["role"] = name, ref, role
     if res["status"] == "error" and role != "port" and str(res.get("error") or "").startswith(UNAVAILABLE_PREFIXES):
@@ -388,9 +395,8 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                    "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
                    "max_seconds": opts.max_timing_s},
     }
-    deadline = opts.launch_timeout_s if opts.launch_timeout_s is not None else (GPU_DEADLINE_S if be.gpu else 0)
-    if deadline:
-        task["watchdog"] = {"deadline_s": float(deadline)}
+    if ctx.launch_deadline():
+        task["watchdog"] = {"deadline_s": ctx.launch_deadline()}
     ses = ctx.run(task, rec["recipe"]["backend"])
     _watchdog_outcome(ctx, rec, ses, base, alts)
     if ses["status"] != "ok":

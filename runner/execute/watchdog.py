@@ -18,6 +18,11 @@ Two launches, not one, because the defects this catches are often stateful: a se
 counter in a workspace that the first launch leaves set makes the second one wait for ever, and
 the timed session repeats launches on the same prepared operands.
 
+Candidate tasks (the harness's parity gate, the tuner's gate) carry ``launch_deadline_s``: their
+child writes a progress line around each build and launch, and :class:`LaunchClock` ends the child
+when one step outlasts the deadline (spawned children; the CPU's forked ones keep the overall
+timeout only).
+
 Benchmarks use the same machinery per variant: :func:`probe_kernels` (kernel refs and configs in,
 one :class:`Probe` per variant out) before they build the variants in their own process.
 
@@ -190,6 +195,42 @@ def _kill(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+class LaunchClock:
+    """A child task's own progress (worker.py writes a ``start`` line before each build or launch and
+    a ``done`` line after it) -> the step that has been running for longer than the deadline.
+
+    isolate.py polls it while a candidate task's child runs: a deadlocked launch is then ended after
+    ``deadline_s`` rather than at the task's overall timeout, and named."""
+
+    def __init__(self, path: Path, deadline_s: float, label: str) -> None:
+        self.path, self.deadline_s, self.label = path, float(deadline_s), label
+        self.offset = 0
+        self.current: str | None = None
+        self.since = time.monotonic()
+
+    def stuck(self) -> str | None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(1 << 16)
+        except OSError:
+            chunk = b""
+        cut = chunk.rfind(b"\n") + 1
+        self.offset += cut
+        for line in chunk[:cut].decode("utf-8", "replace").splitlines():
+            try:
+                ev = json.loads(line)
+                event, what = ev["event"], str(ev.get("what", ""))[:200]
+            except (ValueError, KeyError, TypeError):
+                continue  # untrusted code shares the child: a line it wrote is not ours
+            self.current = what if event == "start" else None
+            self.since = time.monotonic()
+        if self.current is not None and time.monotonic() - self.since > self.deadline_s:
+            return (f"{self.label}: {self.current} did not return within {self.deadline_s:g} s (deadlock?); "
+                    "child killed by the launch watchdog")
+        return None
 
 
 def admit(task: dict[str, Any], env: dict[str, str | None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:

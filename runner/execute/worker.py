@@ -89,6 +89,22 @@ def _fp32_oracle_precision() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
+def _progress(task: dict):
+    """A writer of the launch watchdog's progress lines (watchdog.LaunchClock), or a no-op.
+
+    Written, flushed and synced before each step, so a step that never returns is still named."""
+    path = task.get("progress")
+    if not path:
+        return lambda event, what="": None
+
+    def note(event: str, what: str = "") -> None:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"event": event, "what": what}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return note
+
+
 def candidate(task: dict) -> dict:
     from skillrun_kernels.protocol import UnsupportedShape
 
@@ -104,8 +120,11 @@ def candidate(task: dict) -> dict:
     for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
         result[key] = float(getattr(problem, fn)(shape))
     tol = parity.tolerance_of(task.get("tolerance"))
+    note = _progress(task)
     try:
+        note("start", "its build")
         launch, build_s = _build(task["ref"], shape, task.get("config") or {}, device)
+        note("done")
     except UnsupportedShape as exc:
         result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
         return result
@@ -123,12 +142,14 @@ def candidate(task: dict) -> dict:
             return result
         before = integrity.digests(inputs)
         try:
+            note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
             prepared = launch.prepare(inputs)
             out = problem.output_like(shape, device)
             marker = parity.poison(out)
             t0 = time.perf_counter()
             res = _run_once(launch, prepared, out, sync)
             first_s = time.perf_counter() - t0
+            note("done")
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result

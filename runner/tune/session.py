@@ -24,6 +24,8 @@ BASELINE = "baseline"
 def gate_job(ctx: dict[str, Any], ref: str, config: dict[str, Any], role: str = "port") -> dict[str, Any]:
     task = {"kind": "candidate", "role": role, "ref": ref, "config": dict(config), "shape": ctx["shape"],
             "problem": ctx["problem"], "device": ctx["device"], "seeds": ctx["seeds"], "tolerance": ctx["tolerance"]}
+    if ctx.get("watchdog_s"):
+        task["launch_deadline_s"] = float(ctx["watchdog_s"])
     return {"task": task, "timeout_s": ctx["timeout_s"], "env": ctx["env"], "isolation": ctx["isolation"]}
 
 
