@@ -179,3 +179,17 @@ def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
     assert row["failing_baseline"] is True and "speedup vs production (A/A noise)" in SUMMARY_COLUMNS
 
 
+
+
+def test_the_fastest_oracle_correct_production_kernel_is_named_even_when_it_is_not_the_headline():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("cublas_blockwise", role="baseline", production=True, parity_passed=True, median_ms=0.125),
+            RefOutcome("deepgemm", production=True, parity_passed=True, median_ms=0.090),
+            RefOutcome("mslk_groupwise", production=True, parity_passed=False, median_ms=0.050),  # faster, but wrong
+            RefOutcome("bf16_cublas", production=False, parity_passed=True, median_ms=0.070)]   # not production
+    d = decide(port, refs, NOISE)
+    assert d.primary == "cublas_blockwise" and d.verdict == "validated"
+    assert d.fastest_production == "deepgemm"
+    assert d.text.endswith("fastest oracle-correct production kernel: deepgemm (port 0.9x vs it)")
+    gone = [RefOutcome("deepgemm", production=True, status="unavailable", error="deep_gemm is not importable here"), refs[0]]
+    assert decide(port, gone, NOISE).fastest_production == "cublas_blockwise"

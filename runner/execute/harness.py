@@ -7,7 +7,9 @@
 Phases per item (each a child process, see isolate.py):
   A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
      built and gated on the fp32 oracle over fresh seeds with a poisoned output.
-  B. session, one child: every candidate that built, together: output aliasing, slot integrity
+  B. session, one child: every candidate that built, together (first probed by the launch
+     watchdog, watchdog.py, on a GPU: a slot whose first launches do not return in time is
+     recorded ``timeout`` and left out, the others are timed): output aliasing, slot integrity
      (profiler names), then same-session interleaved timing with an A/A copy of the reference;
      the port is untrusted code: inputs checksummed around every call, new input content on every
      timed visit with randomly sampled outputs checked, timed rounds profiled in place (worker.py).
@@ -29,6 +31,7 @@ from skillrun.execute.isolate import run_task
 from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
 from skillrun.execute.proxy import proxy_shape
 from skillrun.execute.stats import aa_noise, engine_facts, summarize, timing_warnings
+from skillrun.execute.watchdog import GPU_DEADLINE_S
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan, PlanItem
@@ -57,6 +60,10 @@ class ExecOptions:
     max_timing_s: float | None = 120.0
     arch: str | None = None  # target arch for selection / compile-only checks on a CPU
     isolation: str | None = None  # "spawn" (fresh interpreter per task; GPU default) | "fork" (zygote; CPU default)
+    # Launch watchdog (watchdog.py): each candidate's build and launches in the parity gate, and each
+    # slot's first launches probed before the timed session, under this deadline. None = the backend's default (on a GPU: watchdog.GPU_DEADLINE_S; off on the CPU, where
+    # every kernel is host code the overall timeout already bounds); 0 = off.
+    launch_timeout_s: float | None = None
     command: str | None = None
 
     @classmethod
@@ -87,6 +94,11 @@ class _Ctx:
     profile_source: str | None
     tol: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def launch_deadline(self) -> float:
+        """The launch watchdog's deadline (watchdog.py); 0 = off."""
+        o = self.opts.launch_timeout_s
+        return float(o) if o is not None else (GPU_DEADLINE_S if self.be.gpu else 0.0)
 
     def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
         iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
@@ -289,6 +301,8 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
             "tolerance": ctx.tol}
+    if ctx.launch_deadline():
+        task["launch_deadline_s"] = ctx.launch_deadline()
     res = ctx.run(task, ctx.item.backend)
     res["name"], res["ref"], res["role"] = name, ref, role
     if res["status"] == "error" and role != "port" and str(res.get("error") or "").startswith(UNAVAILABLE_PREFIXES):
@@ -298,6 +312,9 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
         res["parity"] = {"passed": False, "supported": False, "error": f"unavailable: {res['error']}"}
     elif res["status"] == "error":
         res["parity"] = {"passed": False, "supported": True, "error": (res.get("error") or "failed") + _tail(res)}
+        if role != "port" and res.get("fault") == "timeout":  # a hung reference is named as such in references
+            res["status"] = "timeout"
+            res["error"] = f"{ref} ({config or 'default config'}): {res.get('error')}"
     return res
 
 
@@ -378,7 +395,10 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                    "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
                    "max_seconds": opts.max_timing_s},
     }
+    if ctx.launch_deadline():
+        task["watchdog"] = {"deadline_s": ctx.launch_deadline()}
     ses = ctx.run(task, rec["recipe"]["backend"])
+    _watchdog_outcome(ctx, rec, ses, base, alts)
     if ses["status"] != "ok":
         rec.update(verdict="error", reason=f"integrity/timing session failed: {ses.get('error')}{_tail(ses)}")
         _two_axis(ctx, rec, port, base, alts, problem="the integrity/timing session failed")
@@ -412,6 +432,21 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
         _two_axis(ctx, rec, port, base, alts, problem="no timed sample of it was kept")
         return
     _timing(ctx, rec, ses, base, alts, shape, port)
+
+
+def _watchdog_outcome(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict]) -> None:
+    """The launch watchdog's record into the artifact; a reference it dropped gets its status (timeout, ...)."""
+    wd = ses.get("watchdog")
+    if not wd:
+        return
+    rec["watchdog"] = wd
+    by_slot = {"baseline": base, **{f"alt:{a['name']}": a for a in alts}}
+    for slot, why in wd["dropped"].items():
+        ctx.notes.append(f"watchdog: slot {slot} left out of the timed session: {why['reason'][:400]}")
+        r = by_slot.get(slot)
+        if r is not None:
+            r["status"] = why["status"] if why["status"] in ("timeout", "crashed") else "error"
+            r["error"] = f"watchdog: {why['reason']}"
 
 
 def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict], str | None, float | None]:
@@ -570,7 +605,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
         if r["status"] == "missing":
             continue
         name = base_name if slot == "baseline" else r["name"]
-        status = r["status"] if r["status"] in ("ok", "unsupported", "unavailable") else "error"
+        status = r["status"] if r["status"] in ("ok", "unsupported", "unavailable", "timeout", "crashed") else "error"
         median = stats[slot]["median"] if stats and slot in stats else None
         why = None
         if median is not None and slot in gates and not gates[slot].get("passed", False):
@@ -606,4 +641,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             entries[-1]["timing_note"] = o.why_not_comparable
     rec["references"] = entries
     rec["verdict_text"] = dec.text
+    if dec.fastest_production:
+        e = next(x for x in entries if x["name"] == dec.fastest_production)
+        rec["fastest_production"] = {"name": e["name"], "kernel": e["kernel"], "median_ms": e["median_ms"], "speedup": e["speedup"]}
     return dec

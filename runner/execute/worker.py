@@ -2,6 +2,7 @@
 
 Tasks (JSON):
   candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
+  probe      the launch watchdog's probe (watchdog.py): each slot's first launches, progress written around each
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
@@ -89,6 +90,22 @@ def _fp32_oracle_precision() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
+def _progress(task: dict):
+    """A writer of the launch watchdog's progress lines (watchdog.LaunchClock), or a no-op.
+
+    Written, flushed and synced before each step, so a step that never returns is still named."""
+    path = task.get("progress")
+    if not path:
+        return lambda event, what="": None
+
+    def note(event: str, what: str = "") -> None:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"event": event, "what": what}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return note
+
+
 def candidate(task: dict) -> dict:
     from skillrun_kernels.protocol import UnsupportedShape
 
@@ -104,8 +121,11 @@ def candidate(task: dict) -> dict:
     for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
         result[key] = float(getattr(problem, fn)(shape))
     tol = parity.tolerance_of(task.get("tolerance"))
+    note = _progress(task)
     try:
+        note("start", "its build")
         launch, build_s = _build(task["ref"], shape, task.get("config") or {}, device)
+        note("done")
     except UnsupportedShape as exc:
         result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
         return result
@@ -123,12 +143,14 @@ def candidate(task: dict) -> dict:
             return result
         before = integrity.digests(inputs)
         try:
+            note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
             prepared = launch.prepare(inputs)
             out = problem.output_like(shape, device)
             marker = parity.poison(out)
             t0 = time.perf_counter()
             res = _run_once(launch, prepared, out, sync)
             first_s = time.perf_counter() - t0
+            note("done")
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
@@ -559,7 +581,50 @@ def _is_host_kernel(launch) -> bool:
     return (launch.describe or {}).get("backend") in ("torch", "cpu")
 
 
-TASKS = {"candidate": candidate, "session": session}
+def probe(task: dict) -> dict:
+    """The watchdog's probe (watchdog.py): each slot built and launched in turn, progress written around it.
+
+    The parent reads the progress file to know which slot a hang belongs to; the lines are flushed
+    and synced before the launch so that a slot that never returns is still named."""
+    device = task["device"]
+    sync = _sync(device)
+    problem = importlib.import_module(task["problem"])
+    shape = dict(task["shape"])
+    inputs = problem.make_inputs(shape, 0, device)
+
+    def note(event: dict) -> None:
+        with open(task["progress"], "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    out: dict[str, Any] = {"status": "ok", "probes": {}}
+    for s in task["slots"]:
+        note({"slot": s["slot"], "event": "start"})
+        t0 = time.perf_counter()
+        try:
+            launch, _ = _build(s["ref"], shape, s.get("config") or {}, device)
+            prepared = launch.prepare(inputs)
+            buf = problem.output_like(shape, device)
+            for _ in range(max(1, int(task.get("launches", 1)))):
+                _run_once(launch, prepared, buf, sync)
+            ev = {"slot": s["slot"], "event": "ok", "seconds": round(time.perf_counter() - t0, 3)}
+            del launch, prepared, buf
+        except Exception as exc:  # this slot's error; the next slot is still probed
+            ev = {"slot": s["slot"], "event": "error", "seconds": round(time.perf_counter() - t0, 3),
+                  "reason": f"{type(exc).__name__}: {exc}"[:600]}
+            if device.startswith("cuda"):
+                try:
+                    sync()
+                except Exception:  # a sticky device error: later slots need a fresh context (a new child)
+                    note(ev)
+                    os._exit(3)
+        note(ev)
+        out["probes"][s["slot"]] = ev
+    return out
+
+
+TASKS = {"candidate": candidate, "session": session, "probe": probe}
 
 
 def main(argv: list[str]) -> int:

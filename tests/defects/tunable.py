@@ -12,6 +12,8 @@ tile  what the candidate does
 48    raises at build time (must be kept as "raised", never a loss)
 96    segfaults at build time (a GPU fault's stand-in) -> "crashed"
 128   kills the worker running it (SKILLRUN_LANE_PID) -> "worker_died"
+40    correct, but deadlocks when relaunched on the same prepared operands: passes the gate, is
+      caught by the launch watchdog before the session -> "timeout" (the other slots are timed)
 ====  =====================================================================
 
 The fake timer reports the cost the last launch declared: timing decisions become deterministic,
@@ -25,7 +27,7 @@ import signal
 from defects.kernels import _honest, _port
 
 CONFIG_SCHEMA = {"type": "object", "additionalProperties": False,
-                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 96, 128]}}}
+                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 40, 48, 64, 96, 128]}}}
 COST = {"16": 1.0, "32": 0.99, "64": 0.7, "8": 0.2}
 LAST = {"ms": 1.0}
 
@@ -44,6 +46,10 @@ def build(shape: dict, config: dict, device: str):
             raise RuntimeError("tile=128 kills its worker, and there is none here")
         os.kill(int(pid), signal.SIGKILL)  # seeded: the worker process dies under this candidate
         os._exit(3)
+    if tile == 40:
+        from defects.kernels import build_port_relaunch_deadlock
+
+        return build_port_relaunch_deadlock(shape, config, device)
     cost = COST.get(str(tile), 1.2)
     wrong = tile == 8
 
@@ -77,3 +83,17 @@ class FakeTimer:
 
 def fake(device: str) -> FakeTimer:
     return FakeTimer()
+
+
+def build_other(shape: dict, config: dict, device: str):
+    """Another kernel for the same problem (a recipe's ``tunable_kernels`` entry in the tests):
+    correct, cost 0.6 at tile 32 (beats every config of ``build``), 1.1 otherwise."""
+    tile = int((config or {}).get("tile", 16))
+    cost = 0.6 if tile == 32 else 1.1
+
+    def body(p, out):
+        out.copy_(_honest(p["a"], p["b"]))
+        LAST["ms"] = cost
+        return out
+
+    return _port(f"tunable_other_t{tile}", body)
