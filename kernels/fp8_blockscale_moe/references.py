@@ -262,3 +262,28 @@ def build_vllm_fused_moe(shape: dict, config: dict | None = None, device: str = 
 
 def build_sglang_fused_moe(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
     return _triton_fused_moe("sglang_triton_fused_moe", "sglang.srt.layers.moe.fused_moe_triton.fused_moe", shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# ROCm production path (aiter fused_moe, per_1x128)
+
+
+def build_aiter_fused_moe(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
+    """ROCm baseline: aiter's ``fused_moe`` with ``QuantType.per_1x128`` (CK ``kernel_moe_gemm`` over
+    ``GridwiseMoeGemmBlockScale`` or the ASM ``fmoe_bf16_blockscaleFp8_*`` kernels, chosen by aiter's
+    tuned table). Not runnable on this project's machines.
+
+    aiter wants its own weight preparation (``shuffle_weight(w, (16, 16))`` on the fp8 experts, its
+    scale layouts, fnuz fp8 on gfx942). Without a ROCm device that preparation cannot be checked
+    against the oracle, so this builder stops with a clear error instead of guessing a layout (the
+    a16wi4 family's ROCm baseline does the same).
+    """
+    problem.dims(shape)
+    try:
+        from aiter.fused_moe import fused_moe  # noqa: F401
+    except Exception as exc:
+        raise ReferenceUnavailable(f"build_aiter_fused_moe needs aiter (aiter.fused_moe.fused_moe) on a ROCm device; not importable here ({exc})") from None
+    raise NotImplementedError(
+        "build_aiter_fused_moe: aiter is importable, but its per_1x128 weight shuffle and scale layouts are not wired "
+        "here; they need a ROCm device to validate against the oracle"
+    )
