@@ -220,3 +220,48 @@ def test_full_layer_matches_oracle_and_writes_every_element(interp_results):
 def test_a_wrong_weight_scale_is_visible(interp_results):
     # the check above could not pass with one 128x128 scale block read from the wrong place
     assert max(r["err_vs_perturbed"] for r in interp_results if r["case"] != 2) > 3e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# e2e routing (route.py): the baseline layer's launch is the routed call
+
+
+def test_route_reads_the_layer_and_refuses_what_is_not_one():
+    from skillrun_kernels.fp8_blockscale_moe import route
+
+    inp = problem.make_inputs(SMALL, 0)
+    out = problem.output_like(SMALL)
+    call = route.layer_call(inp, out)
+    assert call.shape == SMALL and call.static == route._WEIGHTS and call.out is out
+    assert "missing" in route.layer_call({k: v for k, v in inp.items() if k != "w2"}, out)
+    assert "not torch.float8_e4m3fn" in route.layer_call(dict(inp, a=inp["a"].float()), out)
+    bad = dict(inp, w2=inp["w2"][:, :, :200])
+    assert "multiples of 128" in route.layer_call(bad, out)
+
+
+def test_route_wraps_the_baseline_layer_and_reuses_prepared_weights(monkeypatch):
+    from skillrun.e2e import child
+
+    # The baseline (cuBLAS block-wise) needs CUDA: a CPU stand-in with the same call signature is
+    # wrapped instead (the oracle, which is not what the item routes to, so a routed call is visible).
+    def cpu_baseline(shape, config, device):
+        return references.build_oracle(shape, config, device)
+
+    monkeypatch.setattr(references, "build_cublas_per_expert", cpu_baseline)
+    items = [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.fp8_blockscale_moe.route", "shape": SMALL,
+              "kernel_ref": "skillrun_kernels.fp8_blockscale_moe.references:build_oracle", "config": {}}]
+    ctl = child.Controller({"items": items}, "B", "", "")
+    ctl.load_routes()
+    ctl.patch_python_targets()
+    launch = references.build_cublas_per_expert(SMALL, {}, "cpu")
+    x = problem.make_inputs(SMALL, 0)
+    out = problem.output_like(SMALL)
+    y = launch.run(launch.prepare(x), out)
+    ref = problem.oracle(x)
+    assert float((y.float() - ref).norm() / ref.norm()) < 4e-3
+    x2 = dict(x, a=problem.make_inputs(SMALL, 5)["a"])
+    launch.run(launch.prepare(x2), out)
+    assert ctl.item_calls == {"i0": 2}
+    assert len(ctl._prepared) == 1  # same weights: prepared once, the activations refreshed
+    ref2 = problem.oracle(x2)
+    assert float((out.float() - ref2).norm() / ref2.norm()) < 4e-3
