@@ -67,8 +67,12 @@ def _moe_fp8bs_gate_up_kernel(
     as_ptrs = as_ptr + tok * stride_ast
     wg_ptrs = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :]
     wu_ptrs = wg_ptrs + I * stride_wn
-    # 128x128 weight scales: the N block of each column (BLOCK_N may span several blocks)
-    sg_ptrs = ws_ptr + e * stride_wse + (offs_n // BLOCK_K) * stride_wsn
+    # 128x128 weight scales: one per K step when the tile sits inside one N block (a scalar, no
+    # per-column vector in registers), else the N block of each column
+    if BLOCK_N <= BLOCK_K:
+        sg_ptrs = ws_ptr + e * stride_wse + ((pid_n * BLOCK_N) // BLOCK_K) * stride_wsn
+    else:
+        sg_ptrs = ws_ptr + e * stride_wse + (offs_n // BLOCK_K) * stride_wsn
     su_ptrs = sg_ptrs + (I // BLOCK_K) * stride_wsn
 
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -81,8 +85,12 @@ def _moe_fp8bs_gate_up_kernel(
         sg = tl.load(sg_ptrs + kb)
         su = tl.load(su_ptrs + kb)
         # unscaled fp8 MMA over one K block, promoted once into fp32 with both scales
-        acc_g += tl.dot(a, tl.trans(bg)) * sa[:, None] * sg[None, :]
-        acc_u += tl.dot(a, tl.trans(bu)) * sa[:, None] * su[None, :]
+        if BLOCK_N <= BLOCK_K:
+            acc_g += tl.dot(a, tl.trans(bg)) * (sa * sg)[:, None]
+            acc_u += tl.dot(a, tl.trans(bu)) * (sa * su)[:, None]
+        else:
+            acc_g += tl.dot(a, tl.trans(bg)) * sa[:, None] * sg[None, :]
+            acc_u += tl.dot(a, tl.trans(bu)) * sa[:, None] * su[None, :]
         a_ptrs += BLOCK_K
         wg_ptrs += BLOCK_K
         wu_ptrs += BLOCK_K
@@ -122,7 +130,10 @@ def _moe_fp8bs_down_kernel(
     h_ptrs = h_ptr + pair[:, None] * stride_ht + offs_k[None, :]
     hs_ptrs = hs_ptr + pair * stride_hst
     w_ptrs = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :]
-    s_ptrs = ws_ptr + e * stride_wse + (offs_n // BLOCK_K) * stride_wsn
+    if BLOCK_N <= BLOCK_K:  # one weight scale per K step (see the gate/up kernel)
+        s_ptrs = ws_ptr + e * stride_wse + ((pid_n * BLOCK_N) // BLOCK_K) * stride_wsn
+    else:
+        s_ptrs = ws_ptr + e * stride_wse + (offs_n // BLOCK_K) * stride_wsn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(0, I // BLOCK_K):
@@ -130,7 +141,10 @@ def _moe_fp8bs_down_kernel(
         sa = tl.load(hs_ptrs + kb, mask=rvalid, other=0.0)
         b = tl.load(w_ptrs)
         sb = tl.load(s_ptrs + kb)
-        acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
+        if BLOCK_N <= BLOCK_K:
+            acc += tl.dot(a, tl.trans(b)) * (sa * sb)[:, None]
+        else:
+            acc += tl.dot(a, tl.trans(b)) * sa[:, None] * sb[None, :]
         h_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
 
@@ -146,11 +160,12 @@ def _moe_fp8bs_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=ok).to(tl.bfloat16), mask=ok)
 
 
-# Regime by rows per expert r = tokens * topk / experts (DeepSeek-V3: r = tokens / 32). These are
-# starting points by regime, NOT measured configs: no H200 run of this port exists yet.
-DEFAULT_DECODE = {"BLOCK_M": 16, "BLOCK_N1": 128, "warps1": 4, "stages1": 4, "BLOCK_N2": 128, "warps2": 4, "stages2": 4}
-DEFAULT_MID = {"BLOCK_M": 32, "BLOCK_N1": 128, "warps1": 4, "stages1": 4, "BLOCK_N2": 128, "warps2": 4, "stages2": 4}
-DEFAULT_PREFILL = {"BLOCK_M": 64, "BLOCK_N1": 128, "warps1": 4, "stages1": 3, "BLOCK_N2": 128, "warps2": 4, "stages2": 3}
+# Regime by rows per expert r = tokens * topk / experts (DeepSeek-V3: r = tokens / 32). Starting points
+# chosen by compiling only (benchmarks/compile_check_moe_fp8_sm90.py, ptxas for sm_90a: the configs with
+# the fewest spill bytes of a small sweep; compile_sm90.json), NOT by timing: no H200 run exists yet.
+DEFAULT_DECODE = {"BLOCK_M": 16, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 64, "warps2": 4, "stages2": 3}
+DEFAULT_MID = {"BLOCK_M": 32, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 128, "warps2": 8, "stages2": 3}
+DEFAULT_PREFILL = {"BLOCK_M": 64, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 128, "warps2": 8, "stages2": 3}
 
 
 def regime(tokens: int, topk: int, experts: int) -> str:
