@@ -200,3 +200,55 @@ def test_render_fits_the_width_it_is_given():
         c = Console(width=width, record=True, file=open(os.devnull, "w"))
         c.print(render(data, width))
         assert max(len(ln) for ln in c.export_text().splitlines()) <= width
+
+
+# ------------------------------------------------------------------------- per-shape rows (#27)
+def test_bundled_example_gets_a_row_per_shape_with_its_own_rate():
+    prof = ingest(EXAMPLE)
+    data = hot_kernels(prof, None)
+    top = data["kernels"][0]
+    shapes = [(s["shape"]["M"], s["shape"]["N"], s["shape"]["K"]) for s in top["shapes"]]
+    assert shapes == [(4096, 65536, 1536), (16384, 1536, 7168), (16384, 7168, 768), (4096, 2048, 7168)]
+    # % of GPU time per shape: the split the plan reports for the same trace.
+    assert [round(s["pct_gpu"], 1) for s in top["shapes"]] == [55.7, 21.5, 14.5, 7.4]
+    # The kernel's total is kept and the shape rows add up to it.
+    assert sum(s["total_ms"] for s in top["shapes"]) == pytest.approx(top["total_ms"], abs=1e-3)
+    assert sum(s["calls"] for s in top["shapes"]) == top["calls"]
+    k = prof.kernels[0]
+    for s, o in zip(top["shapes"], sorted(k.ops, key=lambda o: -o.total_us)):
+        flops = 2 * o.shape["M"] * o.shape["N"] * o.shape["K"] * o.calls
+        assert s["achieved"]["tflops"] == pytest.approx(flops / (o.total_us * 1e-6) / 1e12, rel=1e-3)
+        assert s["achieved"]["bound"] == "compute"  # thousands of FLOP/byte against H200's ~412 ridge
+    rates = {s["achieved"]["tflops"] for s in top["shapes"]}
+    assert len(rates) == 4 and min(rates) < top["achieved"]["tflops"] < max(rates)
+    # A decode-sized GEMM (M=64) sits below the ridge point: memory-bound.
+    small = data["kernels"][1]["achieved"]
+    assert small["bound"] == "memory" and small["flop_per_byte"] < small["ridge_flop_per_byte"]
+    assert small["ridge_flop_per_byte"] == pytest.approx(1979e12 / 4800e9, rel=1e-3)
+
+
+def test_split_kernel_prints_one_row_per_shape():
+    env = dict(os.environ, COLUMNS="160", NO_COLOR="1", TERM="dumb")
+    res = subprocess.run([sys.executable, "-m", "skillrun", "kernels", str(EXAMPLE)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    rows = [ln for ln in res.stdout.splitlines() if "↳ aten::_scaled_mm" in ln]
+    assert len(rows) == 4 and "4096×65536×1536" in rows[0] and "4096×2048×7168" in rows[3]
+    assert all("TF/s" in r and "cmp" in r for r in rows)
+
+
+def test_rate_above_the_device_peak_is_flagged_model_na_not_shown():
+    fixture = REPO / "tests" / "fixtures" / "kineto_h200_rowwise_loop.synthetic.json"
+    data = hot_kernels(ingest(fixture), None)
+    flagged = [r for r in data["kernels"] if r["achieved"].get("model_na")]
+    assert flagged, [(r["op"], r["achieved"]) for r in data["kernels"]]
+    a = flagged[0]["achieved"]
+    # The model's number is kept for the curious but never as a rate, a share of peak or a bound.
+    assert "tbps" not in a and "tflops" not in a and "pct_peak" not in a and "bound" not in a
+    assert a["model_value"] > a["peak_tbps"] and "peak" in a["reason"]
+    from skillrun.hot_table import _fmt_achieved
+
+    assert _fmt_achieved(a) == "model n/a"
+    for r in data["kernels"]:
+        for x in [r["achieved"]] + [s["achieved"] for s in r["shapes"]]:
+            assert x.get("pct_peak") is None or x["pct_peak"] <= 100.0
