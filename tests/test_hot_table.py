@@ -252,3 +252,56 @@ def test_rate_above_the_device_peak_is_flagged_model_na_not_shown():
     for r in data["kernels"]:
         for x in [r["achieved"]] + [s["achieved"] for s in r["shapes"]]:
             assert x.get("pct_peak") is None or x["pct_peak"] <= 100.0
+
+
+# ------------------------------------------------------------------- categories, demangling (#27)
+SGLANG = Path(os.environ.get("SKILLRUN_TRACES", "/work/shared/traces")) / "pytorch_kineto" / \
+    "amd_mi300x_sglang_qwen3-8b_decode_hipgraph.tracelens.json.gz"
+
+
+@pytest.mark.parametrize("name, cat", [
+    # B200 trace: torch symmetric-memory all-reduce (19.5 % of GPU time there), kernel and op spellings.
+    ("void c10d::symmetric_memory::multimem_all_reduce_kernel<float, 4>(float*, unsigned long)", "communication"),
+    ("symm_mem::multimem_all_reduce_", "communication"),
+    ("void vllm::cross_device_reduce_1stage<__hip_bfloat16, 8>(vllm::RankData*)", "communication"),
+    ("oneShotAllReduceKernel", "communication"),
+    ("void small_reduce_kernel<float>(float*)", "reduction"),  # 'all_reduce' inside a word is not a collective
+    # MoE and grouped GEMMs, whatever activation they fuse.
+    ("_ZN5aiter48fmoe_bf16_pertokenFp8_g1u1_vs_silu_1tg_ps_32x256E", "gemm"),
+    ("mfma_moe1_bs_fp8_t64_n128", "gemm"),
+    ("fused_moe_kernel", "gemm"),
+    ("cutlass_grouped_mm_sm90_kernel", "gemm"),
+    ("ck_moe_stage1_bf16", "gemm"),
+    # MoE routing helpers are not GEMMs.
+    ("moe_align_block_size_kernel", "other"),
+    ("void vllm::moe::topkGatingSoftmax<4>(float const*)", "reduction"),
+])
+def test_collective_and_moe_categories(name, cat):
+    assert kernel_category(name) == cat
+
+
+def test_collectives_by_launching_op_are_communication():
+    assert kernel_category("some_custom_kernel_v2", None, ["symm_mem::multimem_all_reduce_"]) == "communication"
+    assert kernel_category("some_custom_kernel_v2", None, ["_c10d_functional::all_to_all_single"]) == "communication"
+
+
+def test_real_traces_keep_their_categories():
+    """The wider rules change nothing on the real traces: their top kernels keep the category they had."""
+    by = {k.name: k.category for k in ingest(SGLANG).kernels}
+    assert by["_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"] == "reduction"
+    assert sum(c == "communication" for c in by.values()) == 0
+    assert {k.category for k in ingest(SLICE).kernels if k.name.startswith("ncclDevKernel")} == {"communication"}
+
+
+@pytest.mark.skipif(not (__import__("shutil").which("c++filt") or __import__("shutil").which("llvm-cxxfilt")),
+                    reason="no c++filt on this machine")
+def test_aiter_bf16_kernel_is_demangled_by_the_cxxfilt_fallback():
+    name = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
+    data = hot_kernels(ingest(SGLANG), None)
+    row = next(r for r in data["kernels"] if r["name"] == name)
+    assert row["demangled"].startswith("void aiter::add_rmsnorm_quant_kernel<")
+    assert "256, 16, true, false, true, 1>" in row["demangled"]
+    # Per name: one unknown symbol among them does not stop the others from being demangled.
+    out = demangle_many([name, "_Zgarbage", "_ZN5aiter24add_rmsnorm_quant_kernelEv"])
+    assert out["_Zgarbage"] == "_Zgarbage" and out[name].startswith("void aiter::")
+    assert out["_ZN5aiter24add_rmsnorm_quant_kernelEv"] == "aiter::add_rmsnorm_quant_kernel()"
