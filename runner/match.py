@@ -110,7 +110,7 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     dtypes = {oc.dtype for oc in k.ops if oc.dtype}
     card_dt = set(m.get("dtypes", []))
     if not dtypes:
-        crit.append(Criterion(name="dtype", passed=True, required=False, reason="dtype not recoverable from the trace; not checked"))
+        crit.append(Criterion(name="dtype", passed=None, required=False, reason="dtype not recoverable from the trace; not checked"))
     elif "*" in card_dt or dtypes & card_dt:
         crit.append(Criterion(name="dtype", passed=True, reason=f"inputs {', '.join(sorted(dtypes))}; card takes {', '.join(sorted(card_dt))}"))
     else:
@@ -120,7 +120,7 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     classes = set().union(*[_op_classes(oc.op) for oc in k.ops]) if k.ops else set()
     card_ops = set(m.get("operator", []))
     if not classes:
-        crit.append(Criterion(name="operator", passed=True, required=False, reason="launching op unknown; not checked"))
+        crit.append(Criterion(name="operator", passed=None, required=False, reason="launching op unknown; not checked"))
     else:
         ok = bool(classes & card_ops)
         crit.append(Criterion(name="operator", passed=ok, reason=f"launched by {', '.join(sorted({oc.op for oc in k.ops}))} ({', '.join(sorted(classes))}); card is for {', '.join(sorted(card_ops))}"))
@@ -130,12 +130,12 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     regimes = {regime_of(oc.shape, decode_max) for oc in k.ops} - {None}
     card_reg = set(m.get("regimes", []))
     if not regimes:
-        crit.append(Criterion(name="regime", passed=True, required=False, reason="no shape recovered; regime not checked"))
+        crit.append(Criterion(name="regime", passed=None, required=False, reason="no shape recovered; regime not checked"))
     else:
         ok = bool(regimes & card_reg)
         crit.append(Criterion(name="regime", passed=ok, reason=f"{', '.join(sorted(regimes))} (decode means M ≤ {decode_max}); card covers {', '.join(sorted(card_reg))}"))
 
-    failed = [c for c in crit if c.required and not c.passed]
+    failed = [c for c in crit if c.required and c.passed is False]
     matched = not failed
     near = len(failed) == 1 and (failed[0].name != "identity" or op_near is not None)
     return Match(skill_id=card.id, kernel=k.name, pct_gpu=k.pct_gpu, matched=matched, near_miss=(not matched) and near, criteria=crit)

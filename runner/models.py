@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # inferred_loop: a run of identical-shape launches of one op (a per-batch loop) gave `batch` = run length.
 ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved", "inferred_loop"]
@@ -120,9 +120,17 @@ class Profile(_Model):
 
 class Criterion(_Model):
     name: str  # regex | min_pct_gpu | gen | dtype | operator | regime | op
-    passed: bool
+    # None: the trace does not carry what this criterion reads (no dtype, no launching op, no
+    # shape), so it was not checked; shown as neither passed nor failed and never held against a card.
+    passed: Optional[bool]
     reason: str
     required: bool = True
+    status: Optional[Literal["passed", "failed", "not_checked"]] = None  # derived from passed, for readers of the JSON
+
+    @model_validator(mode="after")
+    def _derive_status(self) -> "Criterion":
+        self.status = "not_checked" if self.passed is None else ("passed" if self.passed else "failed")
+        return self
 
 
 class Match(_Model):
