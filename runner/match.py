@@ -7,6 +7,7 @@ exactly one criterion is reported as a near miss, so a reader sees why a card di
 """
 from __future__ import annotations
 
+from skillrun.coverage import coverage
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import RegexRejected, compile_card_regex
@@ -151,6 +152,7 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
     missing = [k.name for k in kernels if k.demangled is None]
     dem = demangle_many(missing) if missing else {}
     report = MatchReport(profile=profile.source, arch=profile.arch, card_problems=card_problems(index))
+    unmatched: list = []  # (kernel, its result against every card) for the coverage report
     for k in kernels:
         if k.demangled is None and dem.get(k.name, k.name) != k.name:
             k = k.model_copy(update={"demangled": dem[k.name]})
@@ -160,8 +162,10 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
             report.communication.append(k.name)
             continue
         touched = False
+        results = []
         for card in index.skills.values():
             res = match_kernel(card, k, profile.arch)
+            results.append(res)
             if res.matched:
                 report.matches.append(res)
                 touched = True
@@ -169,4 +173,6 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
                 report.near_misses.append(res)
         if not touched:
             report.unmatched_hot.append(k.name)
+            unmatched.append((k, results))
+    report.coverage = coverage(profile, index, unmatched, _op_classes)
     return report

@@ -150,6 +150,38 @@ class CardProblem(_Model):
     reason: str
 
 
+class FamilyCoverage(_Model):
+    """GPU time of one kernel family (operator class or category, with dtype) and whether a card covers it."""
+
+    family: str  # dense_gemm | scaled_quant_gemm | batched_gemm | grouped_gemm | moe | gemm (op unknown) | attention | …
+    dtype: Optional[str] = None  # None: the trace does not say
+    arch: Optional[str] = None
+    pct_gpu: float = 0.0
+    kernels: int = 0
+    # covered: a card takes this family, dtype and arch; unknown: a GEMM whose launching op is not in
+    # the trace; not_offered: collectives
+    status: Literal["covered", "not_covered", "not_offered", "unknown"] = "not_covered"
+    cards: list[str] = Field(default_factory=list)  # the covering cards, or the nearest one when not covered
+    note: Optional[str] = None
+
+
+class NearestCard(_Model):
+    """An unmatched hot kernel, the card that came closest, and the criteria that card failed."""
+
+    kernel: str
+    demangled: Optional[str] = None
+    pct_gpu: float
+    category: KernelCategory = "other"
+    card: Optional[str] = None  # None: no card is for this kernel's family (failed says so)
+    failed: list[str] = Field(default_factory=list)  # "criterion: reason"
+
+
+class Coverage(_Model):
+    families: list[FamilyCoverage] = Field(default_factory=list)  # hottest first
+    nearest: list[NearestCard] = Field(default_factory=list)  # unmatched hot kernels, hottest first
+    kb_families: list[str] = Field(default_factory=list)  # what each card of the knowledge base covers
+
+
 class MatchReport(_Model):
     profile: str
     arch: Optional[str]
@@ -158,6 +190,7 @@ class MatchReport(_Model):
     near_misses: list[Match] = Field(default_factory=list)
     unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
     communication: list[str] = Field(default_factory=list)  # collectives: shown, never offered to cards
+    coverage: Optional[Coverage] = None  # what the trace's time is and which of it the cards cover
 
 
 class PlanItem(_Model):
@@ -201,3 +234,4 @@ class Plan(_Model):
     projected_gain_pct: Optional[float] = None
     projected_gain_all_pct: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)
+    coverage: Optional[Coverage] = None  # the match report's coverage, so every plan says what it leaves out
