@@ -201,6 +201,8 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
             "rank": i, "name": k.name, "demangled": demangled, "short_name": k.short_name, "category": k.category,
             "pct_gpu": round(k.pct_gpu, 3), "total_ms": round(k.total_us / 1e3, 4), "calls": k.calls,
             "mean_us": round(k.avg_us, 3), "min_us": k.min_us, "max_us": k.max_us,
+            "median_us": k.median_us, "std_us": k.std_us,
+            "grid": k.grid, "block": k.block, "launch": dict(k.launch),
             "op": op.op if op else None, "shape": op.shape if op else None, "dtype": dtype,
             "input_dims": op.input_dims if op and not op.shape else None,
             "shape_provenance": k.shape_provenance, "device": k.device,
@@ -224,7 +226,8 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
                        idle_pct=round(100.0 * (d.idle_us or 0) / d.span_us, 2))
         devices.append(row)
     return {"kernels": rows, "categories": cats, "devices": devices,
-            "listed_devices": len(profile.devices), "total_kernel_ms": round(total / 1e3, 4)}
+            "listed_devices": len(profile.devices), "total_kernel_ms": round(total / 1e3, 4),
+            "total_calls": profile.kernel_calls, "kernel_count": len(profile.kernels)}
 
 
 # ------------------------------------------------------------------------------------ rendering
@@ -275,19 +278,19 @@ def _fmt_achieved(a: dict[str, Any]) -> str:
     return s
 
 
-def _fmt_achieved_long(a: dict[str, Any]) -> str:
+def _achieved_parts(a: dict[str, Any]) -> list[str]:
     """The rate in words, for the detail lines (bound spelled out; a model error said plainly)."""
     if not a:
-        return ""
+        return []
     if a.get("model_na"):
-        return "rate: model n/a (the work model gives more than the device peak)"
-    s = f"{a['tflops']:.0f} TF/s" if "tflops" in a and a["tflops"] >= 10 else (
-        f"{a['tflops']:.2f} TF/s" if "tflops" in a else f"≥{a['tbps']:.2f} TB/s")
+        return ["rate: model n/a", "the work model gives more than the device peak"]
+    parts = [f"{a['tflops']:.0f} TF/s" if "tflops" in a and a["tflops"] >= 10 else (
+        f"{a['tflops']:.2f} TF/s" if "tflops" in a else f"≥{a['tbps']:.2f} TB/s")]
     if a.get("pct_peak") is not None:
-        s += f" {a['pct_peak']:.0f}% of peak"
+        parts.append(f"{a['pct_peak']:.0f}% of peak")
     if a.get("bound"):
-        s += f", {a['bound']}-bound"
-    return s
+        parts.append(f"{a['bound']}-bound")
+    return parts
 
 
 def _shape_text(r: dict[str, Any]) -> str:
@@ -296,6 +299,23 @@ def _shape_text(r: dict[str, Any]) -> str:
         return ""
     dims = _fmt_shape(r["shape"]) if r.get("shape") else _dims_text(r.get("input_dims"))
     return r["op"] + (" " + dims if dims else "") + (" " + r["dtype"] if r.get("dtype") else "")
+
+
+_LAUNCH_WORDS = (("registers_per_thread", "regs/thread", ""), ("vgprs", "VGPRs", ""), ("agprs", "AGPRs", ""),
+                 ("sgprs", "SGPRs", ""), ("shared_mem_bytes", "shared", " B"), ("lds_bytes", "LDS", " B"),
+                 ("scratch_bytes", "scratch", " B"), ("local_mem_per_thread", "local/thread", " B"))
+
+
+def launch_text(r: dict[str, Any]) -> str:
+    """Grid, block and the launch facts the trace carries, in one line (``--details``)."""
+    parts = []
+    if r.get("grid"):
+        parts.append("grid " + "×".join(str(v) for v in r["grid"]))
+    if r.get("block"):
+        parts.append("block " + "×".join(str(v) for v in r["block"]))
+    launch = r.get("launch") or {}
+    parts += [f"{word} {launch[key]}{unit}" for key, word, unit in _LAUNCH_WORDS if key in launch]
+    return ", ".join(parts)
 
 
 def _split(r: dict[str, Any]) -> bool:
@@ -310,11 +330,16 @@ def _detail(r: dict[str, Any], with_minmax: bool, with_achieved: bool, with_cat:
     if r["op"] and not _split(r):
         parts.append(_shape_text(r))
     elif _split(r):
-        parts.append(f"{len(r['shapes'])} shapes (rows below)")
+        n = sum(1 for x in r["shapes"] if x["op"])
+        parts.append(f"{n} shape{'s' if n != 1 else ''} (rows below)")
     if with_minmax and r["min_us"] is not None:
         parts.append(f"min {_fmt_dur(r['min_us'])} max {_fmt_dur(r['max_us'])}")
+    if with_minmax and r.get("median_us") is not None:
+        parts.append(f"median {_fmt_dur(r['median_us'])}" + (f" sd {_fmt_dur(r['std_us'])}" if r.get("std_us") is not None else ""))
+    elif with_minmax and r.get("std_us") is not None:
+        parts.append(f"sd {_fmt_dur(r['std_us'])}")
     if with_achieved and r["achieved"] and not _split(r):
-        parts.append(_fmt_achieved_long(r["achieved"]))
+        parts += _achieved_parts(r["achieved"])
     return parts
 
 
@@ -337,6 +362,10 @@ def _pack(parts: list[str], width: int) -> list[str]:
 def breakdown_lines(data: dict[str, Any]) -> list[str]:
     """One line of GPU time by category; one of idle time (per device when there are several)."""
     lines = []
+    if "total_calls" in data:
+        # The denominator of every % GPU below (per device on a multi-GPU trace, listed there).
+        lines.append(f"GPU kernel time: {data['total_kernel_ms']:.3f} ms in {data['total_calls']} calls of "
+                     f"{data['kernel_count']} kernels")
     if data["categories"]:
         lines.append("GPU time by category: " + " · ".join(f"{c['category']} {c['pct']:.1f}%" for c in data["categories"]))
     devs = data["devices"]
@@ -374,8 +403,9 @@ def _dims_text(dims: Any) -> str:
     return ("[" + ", ".join(shown) + "]") if shown else ""
 
 
-def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional[str] = None):
-    """A rich Table that fits ``width`` columns (``wide``: names whole, the table as wide as it needs)."""
+def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional[str] = None, details: bool = False):
+    """A rich Table that fits ``width`` columns (``wide``: names whole, the table as wide as it needs;
+    ``details``: each kernel's launch facts under it)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -386,7 +416,7 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
     big = width >= 120
     cols = [("#", 3), ("% GPU", 6), ("total ms", 9), ("calls", 6), ("mean µs", 7)]
     if big:
-        cols += [("min µs", 7), ("max µs", 7), ("achieved", 16)]
+        cols += [("med µs", 7), ("sd µs", 7), ("min µs", 7), ("max µs", 7), ("achieved", 19)]
     fixed = sum(w for _, w in cols) + 2 * (len(cols) + 1)
     name_w = max(24, width - fixed - 1)
     labels = [_label(r) for r in rows]
@@ -400,11 +430,14 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
     for r, name in zip(rows, shown):
         cells = [str(r["rank"]), f"{r['pct_gpu']:.2f}", f"{r['total_ms']:.3f}", str(r["calls"]), _fmt_us(r["mean_us"])]
         if big:
-            cells += [_fmt_us(r["min_us"]), _fmt_us(r["max_us"]), _fmt_achieved(r["achieved"]) or "—"]
+            cells += [_fmt_us(r.get("median_us")), _fmt_us(r.get("std_us")), _fmt_us(r["min_us"]), _fmt_us(r["max_us"]),
+                      _fmt_achieved(r["achieved"]) or "—"]
         cell = Text(plain(name))
         if r["short_name"] and r["short_name"] not in name and (wide or len(name) + len(r["short_name"]) + 4 <= name_w):
             cell.append(f"  [{plain(r['short_name'])}]", style="cyan")
         parts = [plain(p) for p in _detail(r, with_minmax=not big, with_achieved=not big, with_cat=True)]
+        if details and launch_text(r):
+            parts.append(plain(launch_text(r)))
         for line in (_pack(parts, name_w - 2) if not wide else [" · ".join(parts)] if parts else []):
             cell.append("\n  " + line, style="dim")
         t.add_row(*cells, cell)
@@ -412,10 +445,10 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
             for sr in r["shapes"]:
                 sub = ["", f"{sr['pct_gpu']:.2f}", f"{sr['total_ms']:.3f}", str(sr["calls"]), _fmt_us(sr["mean_us"])]
                 if big:
-                    sub += ["", "", _fmt_achieved(sr["achieved"]) or "—"]
+                    sub += ["", "", "", "", _fmt_achieved(sr["achieved"]) or "—"]
                 sparts = ["↳ " + plain(_shape_text(sr) or "calls with no recovered shape")]
-                if not big and sr["achieved"]:
-                    sparts.append(plain(_fmt_achieved_long(sr["achieved"])))
-                lines = [" · ".join(sparts)] if wide else _pack(sparts, name_w - 2)
+                if not big:
+                    sparts += [plain(p) for p in _achieved_parts(sr["achieved"])]
+                lines = [" · ".join(sparts)] if wide else _pack(sparts, name_w - 4)
                 t.add_row(*sub, Text("  " + "\n    ".join(lines), style="dim"))
     return t

@@ -77,6 +77,11 @@ class KernelStat(_Model):
     unattributed_us: float = 0.0  # device time of calls we could not link to a shape
     grid: Optional[list[int]] = None
     block: Optional[list[int]] = None
+    median_us: Optional[float] = None  # of one call (None: the format gives no per-call times)
+    std_us: Optional[float] = None  # sample standard deviation of one call's duration
+    # What the trace says about how it was launched (first call seen): registers_per_thread,
+    # shared_mem_bytes, vgprs, agprs, sgprs, lds_bytes, scratch_bytes, local_mem_per_thread …
+    launch: dict[str, int] = Field(default_factory=dict)
 
 
 class GraphReplay(_Model):

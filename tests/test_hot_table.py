@@ -305,3 +305,74 @@ def test_aiter_bf16_kernel_is_demangled_by_the_cxxfilt_fallback():
     out = demangle_many([name, "_Zgarbage", "_ZN5aiter24add_rmsnorm_quant_kernelEv"])
     assert out["_Zgarbage"] == "_Zgarbage" and out[name].startswith("void aiter::")
     assert out["_ZN5aiter24add_rmsnorm_quant_kernelEv"] == "aiter::add_rmsnorm_quant_kernel()"
+
+
+# --------------------------------------------------------- totals, spread, launch facts (#27)
+H100 = SGLANG.parent / "nvidia_h100_qwen1.5-0.5b_bf16.tracelens.json.gz"
+
+
+def test_median_and_std_dev_match_the_raw_kernel_events():
+    import gzip
+    import statistics
+
+    doc = json.loads(gzip.decompress(H100.read_bytes()))
+    prof = ingest(H100)
+    data = hot_kernels(prof, 5)
+    for r in data["kernels"][:3]:
+        durs = [e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("name") == r["name"]]
+        assert len(durs) == r["calls"]
+        assert r["median_us"] == pytest.approx(statistics.median(durs), abs=1e-3)
+        assert r["std_us"] == pytest.approx(statistics.stdev(durs), abs=1e-3)
+        ev = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("name") == r["name"])
+        assert r["launch"]["registers_per_thread"] == ev["args"]["registers per thread"]
+        assert r["launch"]["shared_mem_bytes"] == ev["args"]["shared memory"]
+    # The denominator is printed: total kernel time and calls.
+    from skillrun.hot_table import breakdown_lines
+
+    total_us = sum(e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    line = breakdown_lines(data)[0]
+    assert line.startswith("GPU kernel time: ") and f"{total_us / 1e3:.3f} ms" in line
+    assert f"in {prof.kernel_calls} calls" in line
+
+
+def test_launch_facts_from_rocprofv3_kernel_symbols_and_nsys():
+    import gzip
+    import sqlite3
+
+    from skillrun.hot_table import launch_text
+
+    trace = SGLANG.parents[1] / "rocprofv3" / "amd_mi350x_rocprofv3_kernel_trace_results.json.gz"
+    doc = json.loads(gzip.decompress(trace.read_bytes()))["rocprofiler-sdk-tool"][0]
+    top = hot_kernels(ingest(trace), 1)["kernels"][0]
+    sym = next(s for s in doc["kernel_symbols"] if s.get("formatted_kernel_name") == top["name"])
+    assert top["launch"] == {"vgprs": sym["arch_vgpr_count"], "agprs": sym["accum_vgpr_count"],
+                             "sgprs": sym["sgpr_count"], "lds_bytes": sym["group_segment_size"],
+                             "scratch_bytes": sym["private_segment_size"]}
+    assert f"VGPRs {sym['arch_vgpr_count']}" in launch_text(top) and "block 256×1×1" in launch_text(top)
+
+    db = SGLANG.parents[1] / "nsys" / "nvidia_a100_cloverleaf_nsys2024.5_export.sqlite"
+    k = hot_kernels(ingest(db), 1)["kernels"][0]
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = con.execute('SELECT k."end" - k."start", k.registersPerThread, k.staticSharedMemory FROM '
+                       'CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName WHERE s.value = ?',
+                       (k["name"],)).fetchall()
+    import statistics
+
+    assert len(rows) == k["calls"] and k["median_us"] is None  # nsys SQLite: aggregated in SQL, no median
+    assert k["std_us"] == pytest.approx(statistics.stdev(r[0] / 1e3 for r in rows), abs=1e-3)
+    assert k["launch"]["registers_per_thread"] == rows[0][1]
+    assert k["launch"]["static_shared_mem_bytes"] == rows[0][2]
+
+
+def test_details_prints_launch_facts_under_each_kernel():
+    from rich.console import Console
+
+    data = hot_kernels(ingest(H100), 2)
+    c = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c.print(render(data, 200, details=True))
+    text = c.export_text()
+    r = data["kernels"][0]
+    assert f"regs/thread {r['launch']['registers_per_thread']}" in text and "grid " in text
+    c2 = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c2.print(render(data, 200))
+    assert "regs/thread" not in c2.export_text()

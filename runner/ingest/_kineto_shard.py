@@ -162,6 +162,7 @@ class Shard:
         self.kdev: list[int] = []
         self.kgraph: list[int] = []
         self.kgrid: dict[int, dict] = {}  # name id → {(grid, block): calls}
+        self.klaunch: dict[int, dict] = {}  # name id → launch facts of its first call (registers, shared memory)
         self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts)
         self.graph_launches = 0
         self.hip = False  # hip* launch APIs seen (ROCm build of torch)
@@ -211,6 +212,17 @@ class Shard:
         g = args.get("graph id")
         self.kgraph.append(1 if (g is not None and g != 0 and g != -1) else 0)
         self._count_grid(nid, args.get("grid"), args.get("block"))
+        if nid not in self.klaunch:
+            self._note_launch(nid, args)
+
+    def _note_launch(self, nid: int, args: dict) -> None:
+        """CUPTI's per-kernel launch facts, from the first call of each kernel."""
+        facts = {}
+        for key, out in (("registers per thread", "registers_per_thread"), ("shared memory", "shared_mem_bytes")):
+            v = args.get(key)
+            if type(v) is int and v >= 0:
+                facts[out] = v
+        self.klaunch[nid] = facts
 
     def _count_grid(self, nid: int, grid: Any, block: Any) -> None:
         # Launch geometry differs per call (shape); the profile reports the most common one.
@@ -374,6 +386,8 @@ class Shard:
             gi = a.get("graph id")
             kgraph.append(1 if (gi is not None and gi != 0 and gi != -1) else 0)
             self._count_grid(nid, a.get("grid"), a.get("block"))
+            if nid not in self.klaunch:
+                self._note_launch(nid, a)
             n += 1
             i = find(prefix, a1)
         return n
@@ -390,6 +404,8 @@ class Shard:
         del self.names[nn:]
         for k in [k for k in self.kgrid if k >= nn]:
             del self.kgrid[k]
+        for k in [k for k in self.klaunch if k >= nn]:
+            del self.klaunch[k]
         for key in [k for k, i in self.opkey_ids.items() if i >= nok]:
             del self.opkey_ids[key]
         del self.opkeys[nok:]
@@ -493,7 +509,7 @@ class Shard:
         return {"names": self.names, "kname": array("q", self.kname), "kdur": array("d", self.kdur), "kts": array("d", self.kts),
                 "kcorr": array("q", self.kcorr), "kext": array("q", self.kext), "kdev": array("q", self.kdev),
                 "kgraph": array("b", self.kgraph), "launch": launch,
-                "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
+                "kgrid": self.kgrid, "klaunch": self.klaunch, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
                 "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad,
                 "steps": self.steps}
 
