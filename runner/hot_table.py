@@ -359,10 +359,10 @@ def _pack(parts: list[str], width: int) -> list[str]:
     return lines
 
 
-def breakdown_lines(data: dict[str, Any]) -> list[str]:
-    """One line of GPU time by category; one of idle time (per device when there are several)."""
+def breakdown_lines(data: dict[str, Any], with_total: bool = True) -> list[str]:
+    """The total, one line of GPU time by category, one of idle time (per device when there are several)."""
     lines = []
-    if "total_calls" in data:
+    if with_total and "total_calls" in data:
         # The denominator of every % GPU below (per device on a multi-GPU trace, listed there).
         lines.append(f"GPU kernel time: {data['total_kernel_ms']:.3f} ms in {data['total_calls']} calls of "
                      f"{data['kernel_count']} kernels")
