@@ -91,6 +91,15 @@ class GraphReplay(_Model):
     total_us: float = 0.0
 
 
+class GraphCapture(_Model):
+    """A trace of a CUDA/HIP graph *capture*: launches between …StreamBeginCapture and …EndCapture
+    build a graph and execute nothing, so such a trace says little about kernel time."""
+
+    detected: bool = False
+    captures: int = 0  # stream-capture begin calls
+    captured_launches: int = 0  # kernel launches recorded inside a capture
+
+
 class DeviceTime(_Model):
     """One device's (rank's) kernel time, and how busy its timeline was."""
 
@@ -113,6 +122,7 @@ class Profile(_Model):
     kernel_calls: int = 0
     kernels: list[KernelStat] = Field(default_factory=list)  # ranked, hottest first
     graph_replay: GraphReplay = Field(default_factory=GraphReplay)
+    graph_capture: GraphCapture = Field(default_factory=GraphCapture)
     unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
     linked_calls: int = 0  # kernel calls linked to an op with shapes
     device_time: list[DeviceTime] = Field(default_factory=list)  # per device, by index

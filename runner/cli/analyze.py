@@ -222,6 +222,8 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
     wide = wide or unbounded(width)
     out = console(width)
     out.print(f"[bold]{safe(Path(prof.source).name)}[/]  format={prof.format}  arch={safe(prof.arch or 'unknown')}  ({safe(devices_label(prof))})")
+    for w in prof.warnings:  # a graph capture, an inferred arch: said before the numbers they qualify
+        out.print(f"[yellow]warning:[/] {safe(w)}")
     for line in breakdown_lines(data):
         out.print(safe(line))
     table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})",

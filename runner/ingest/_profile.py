@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import shapes
-from ..models import DeviceInfo, DeviceTime, GraphReplay, KernelStat, OpCall, Profile
+from ..models import DeviceInfo, DeviceTime, GraphCapture, GraphReplay, KernelStat, OpCall, Profile
 from ..names import kernel_category
 from ..redact import scrub, scrub_text
 from .arch import dedupe_warnings, resolve_arch
@@ -185,6 +185,8 @@ class ProfileBuilder:
         self.devices: list[DeviceInfo] = []
         self.warnings: list[str] = []
         self.graph_launches = 0
+        self.captures = 0  # stream captures (cudaStreamBeginCapture…EndCapture) the trace records
+        self.captured_launches = 0  # kernel launches recorded inside them (they build a graph, run nothing)
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
         self.anomalies: dict[str, int] = {}
@@ -389,6 +391,11 @@ class ProfileBuilder:
         stats.sort(key=lambda s: (-s.total_us, s.name))
         warnings = list(self.warnings)
         resolved = resolve_arch(self.devices, arch, (s.name for s in stats[:200]), warnings, self.vendor_hint)
+        if self.captures:
+            warnings.append(f"graph capture: this trace records {self.captures} stream capture(s) "
+                            f"(…StreamBeginCapture…EndCapture) with {self.captured_launches} kernel launch(es) inside; "
+                            "captured launches build a graph and run nothing, so they are not in the kernel times "
+                            f"({calls} kernel executions were recorded). Profile the graph's replays to time them")
         if not stats:
             warnings.append("no GPU kernel executions found in the trace")
         if self.anomalies:
@@ -404,6 +411,8 @@ class ProfileBuilder:
             graph_replay=GraphReplay(detected=bool(self.graph_launches or graph_calls),
                                      launches=self.graph_launches, kernel_calls=graph_calls,
                                      total_us=round(graph_us, 3)),
+            graph_capture=GraphCapture(detected=bool(self.captures), captures=self.captures,
+                                       captured_launches=self.captured_launches),
             unattributed_us=round(unattributed, 3), linked_calls=linked,
             device_time=self._device_time(dev_total, dev_calls),
             category_us={c: round(us, 3) for c, us in sorted(category_us.items(), key=lambda kv: -kv[1])},

@@ -496,6 +496,8 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     tables = _all(handles, "kernel_table")
     _mark("kernel tables")
     builder.graph_launches = sum(t["graph_launches"] for t in tables)
+    builder.captures = sum(t.get("captures", 0) for t in tables)
+    builder.captured_launches = sum(t.get("captured_launches", 0) for t in tables)
     if any(t["hip"] for t in tables):
         builder.vendor_hint = "amd"
     elif any(t["cuda"] for t in tables):
