@@ -195,6 +195,7 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
 
 @guarded
 def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to read."),
+                other: Optional[Path] = typer.Argument(None, metavar="[TRACE_B]", help="A second trace: compare B with A per (kernel, shape)."),
                 arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
                 top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many hot kernels to list (at least 1)."),
                 wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
@@ -203,10 +204,16 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
     """Only the hot-kernel table: op, shape, dtype, calls, mean/min/max, achieved throughput vs peak,
     GPU time by category, idle time and per-device totals (no matching).
 
-    Example: skill-run kernels trace.json.gz --top 30 --wide
+    With two traces: per (kernel, launching op, shape) the time, calls and rate in each, the deltas,
+    and what appeared or disappeared in B.
+
+    Example: skill-run kernels trace.json.gz --top 30 --wide · skill-run kernels before.json.gz after.json.gz
     """
     from skillrun.hot_table import breakdown_lines, render
 
+    if other is not None:
+        _compare(profile, other, arch, top, wide, out_format(fmt))
+        return
     prof = api.ingest_profile(profile, arch=arch)
     data = api.hot_kernels(prof, top)
     kind = out_format(fmt)
@@ -228,4 +235,24 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
         out.print(safe(line))
     table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})",
                    details=details)
+    (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
+
+
+def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: str) -> None:
+    from skillrun import trace_diff
+
+    d = api.compare_profiles(api.ingest_profile(a, arch=arch), api.ingest_profile(b, arch=arch))
+    if kind == "json":
+        emit_json(d)
+        return
+    if kind in ("csv", "tsv"):
+        emit_rows(trace_diff.diff_rows(d), kind)  # every row: a file is for filtering, not for reading top-down
+        return
+    width = term_width()
+    wide = wide or unbounded(width)
+    out = console(width)
+    out.print(f"[bold]A[/] {safe(Path(d['a']).name)} (arch {safe(d['a_arch'] or 'unknown')})  "
+              f"[bold]B[/] {safe(Path(d['b']).name)} (arch {safe(d['b_arch'] or 'unknown')})")
+    out.print(safe(trace_diff.summary_line(d)))
+    table = trace_diff.render(d, top, width, wide)
     (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
