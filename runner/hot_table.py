@@ -421,8 +421,12 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
     name_w = max(24, width - fixed - 1)
     labels = [_label(r) for r in rows]
     shown = labels if wide else display_names(labels, name_w)
-    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), expand=False, title_justify="left",
-              show_edge=False, pad_edge=False)
+    legend = None
+    if big and any((r["achieved"] or {}).get("bound") or any(x["achieved"].get("bound") for x in r.get("shapes") or [])
+                   for r in rows):
+        legend = "achieved: rate and % of the device peak; cmp/mem: compute- or memory-bound (FLOP/byte vs the ridge point)"
+    t = Table(title=title, caption=legend, box=box.SIMPLE_HEAD, padding=(0, 1), expand=False, title_justify="left",
+              caption_justify="left", show_edge=False, pad_edge=False)
     for c, w in cols:
         t.add_column(c, justify="right", no_wrap=True, min_width=min(w, len(c)))
     t.add_column("kernel" + ("" if wide else " (--wide: whole names)"), justify="left",
