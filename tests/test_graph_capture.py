@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import traces_dir
 
 from skillrun.ingest import ingest, torch_trace
 
-TRACES = Path(os.environ.get("SKILLRUN_TRACES", "/work/shared/traces"))
+TRACES = traces_dir() or Path("/nonexistent")
+needs_traces = pytest.mark.skipif(traces_dir() is None, reason="../shared/traces is not present (set SKILLRUN_TRACES)")
 MI300 = TRACES / "pytorch_kineto" / "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz"
 CAPTURED = 40
 
@@ -49,6 +50,7 @@ def _capture_trace(tmp_path: Path) -> tuple[Path, int]:
     return p, dropped, len(inside)
 
 
+@needs_traces
 def test_capture_trace_is_detected_and_said(tmp_path):
     path, dropped, inside = _capture_trace(tmp_path)
     assert dropped >= CAPTURED and inside >= CAPTURED  # those launches had run kernels in the original trace
@@ -62,6 +64,7 @@ def test_capture_trace_is_detected_and_said(tmp_path):
     assert fast.graph_capture == cap
 
 
+@needs_traces
 def test_arch_from_hip_compute_capability_in_device_properties(tmp_path):
     path, _, _ = _capture_trace(tmp_path)
     prof = ingest(path)
@@ -69,6 +72,7 @@ def test_arch_from_hip_compute_capability_in_device_properties(tmp_path):
     assert any("compute capability 9.4" in w and "304 CUs" in w for w in prof.warnings)
 
 
+@needs_traces
 def test_ordinary_traces_are_not_captures():
     for name in ("amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz", "nvidia_h200_fp8_scaled_mm_torch2.11.generated.json.gz"):
         prof = ingest(TRACES / "pytorch_kineto" / name)

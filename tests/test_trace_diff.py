@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import traces_dir
 
 from skillrun import api
 from skillrun.ingest import ingest
 
-TRACES = Path(os.environ.get("SKILLRUN_TRACES", "/work/shared/traces"))
+TRACES = traces_dir() or Path("/nonexistent")
+pytestmark = pytest.mark.skipif(traces_dir() is None, reason="../shared/traces is not present (set SKILLRUN_TRACES)")
 H100 = TRACES / "pytorch_kineto" / "nvidia_h100_qwen1.5-0.5b_bf16.tracelens.json.gz"
 
 

@@ -195,14 +195,15 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
 
 @guarded
 def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to read."),
-                other: Optional[Path] = typer.Argument(None, metavar="[TRACE_B]", help="A second trace: compare B with A per (kernel, shape)."),
+                other: Optional[Path] = typer.Argument(None, metavar="TRACE_B", help="A second trace: compare B with A per (kernel, shape)."),
                 arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
                 top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many hot kernels to list (at least 1)."),
                 wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
                 details: bool = typer.Option(False, "--details", help="Under each kernel, its launch facts: grid, block, registers, shared memory/LDS, VGPRs, scratch (as the trace has them)."),
                 fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
-    """Only the hot-kernel table: op, shape, dtype, calls, mean/min/max, achieved throughput vs peak,
-    GPU time by category, idle time and per-device totals (no matching).
+    """Only the hot-kernel table: total GPU time, a row per kernel and per (kernel, shape) with op, dtype,
+    calls, mean/median/sd/min/max, achieved throughput vs peak and the bound, GPU time by category,
+    idle time and per-device totals (no matching).
 
     With two traces: per (kernel, launching op, shape) the time, calls and rate in each, the deltas,
     and what appeared or disappeared in B.
