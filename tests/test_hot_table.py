@@ -383,3 +383,21 @@ def test_details_prints_launch_facts_under_each_kernel():
     c2 = Console(width=200, record=True, file=open(os.devnull, "w"))
     c2.print(render(data, 200))
     assert "regs/thread" not in c2.export_text()
+
+
+@needs_traces
+def test_launch_facts_from_ncu_launch_statistics():
+    import csv
+    import io
+
+    path = _TRACES / "ncu" / "nvidia_h200_fp8_scaled_mm_ncu_details.generated.csv"
+    text = path.read_text()
+    head = next(i for i, ln in enumerate(text.splitlines()) if ln.startswith('"ID"'))
+    rows = list(csv.DictReader(io.StringIO("\n".join(text.splitlines()[head:]))))
+    data = hot_kernels(ingest(path), None)
+    for r in data["kernels"]:
+        mine = [x for x in rows if x["Kernel Name"] == r["name"]]
+        regs = next(x["Metric Value"] for x in mine if x["Metric Name"] == "Registers Per Thread")
+        dyn = next(x["Metric Value"] for x in mine if x["Metric Name"] == "Dynamic Shared Memory Per Block")
+        assert r["launch"]["registers_per_thread"] == int(regs.replace(",", ""))
+        assert r["launch"]["dynamic_shared_mem_bytes"] == int(dyn.replace(",", ""))
