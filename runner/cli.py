@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 
 from skillrun import api
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE, InputError, SkillRunError
-from skillrun.termtext import plain, safe
+from skillrun.termtext import plain, plain_block, safe
 
 HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape;
 `--run` also runs each port against its production reference and writes validation YAML.
@@ -454,6 +454,7 @@ def list_cmd():
              "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
     if want_json():
         _emit_json(rows)
+        _exit_on_card_problems(idx.problems)  # an invalid card is never dropped silently
         return
     t = Table(title=f"Skill cards ({safe(idx.root)})")
     for col in ("id", "gens", "from → to", "recipes", "validation"):
@@ -462,6 +463,7 @@ def list_cmd():
         frm = r["from"] if isinstance(r["from"], str) else "/".join(r["from"])
         t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), safe(r["validation"]))
     _out().print(t)
+    _exit_on_card_problems(idx.problems)
 
 
 @app.command("show")
@@ -482,7 +484,8 @@ def show_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id, 
     out.print(f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}")
     for r in card.recipes:
         out.print(f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}")
-    out.print(Markdown(card.body))
+    # Card text is untrusted: raw escapes are made visible and links printed as text (no OSC-8).
+    out.print(Markdown(plain_block(card.body), hyperlinks=False))
 
 
 @app.command("fact")
@@ -500,7 +503,7 @@ def fact_cmd(fact_id: str = typer.Argument(..., metavar="FACT", help="Fact id, a
 
     out = _out()
     out.print(f"[bold]{safe(fact.id)}[/] — {safe(fact.data['title'])}")
-    out.print(Markdown(fact.body))
+    out.print(Markdown(plain_block(fact.body), hyperlinks=False))
 
 
 # --------------------------------------------------------------------------- execution

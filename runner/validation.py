@@ -23,7 +23,7 @@ from skillrun import __version__
 from skillrun.atomic import is_temp_name, write_atomic
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
-from skillrun.kb.paths import kb_root, schema_path
+from skillrun.kb.paths import kb_root, load_schema
 from skillrun.redact import scrub
 from skillrun.regular_files import read_regular
 
@@ -32,7 +32,7 @@ from skillrun.regular_files import read_regular
 def _validator(name: str = "validation"):
     import jsonschema
 
-    schema = json.loads(schema_path(name).read_text())
+    schema = load_schema(name)
     return jsonschema.Draft202012Validator(schema)
 
 
