@@ -96,6 +96,9 @@ def write_atomic_from(target: Path, fill: Callable[[BinaryIO], None], *, replace
                 fd = os.open(name, flags, 0o666, dir_fd=dfd)
             except FileExistsError:
                 continue
+            except OSError as exc:  # read-only or full folder, no permission: say which and why
+                raise SkillRunError(f"cannot create a file in the output folder ({exc.strerror or exc})",
+                                    path=str(target.parent)) from None
             tmp = name
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -103,12 +106,18 @@ def write_atomic_from(target: Path, fill: Callable[[BinaryIO], None], *, replace
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
-            raise SkillRunError(f"cannot write ({exc.strerror or exc})", path=str(target)) from None
-        if replace:
-            os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            tmp = None
-        else:
-            os.link(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            raise SkillRunError(f"cannot write ({exc.strerror or exc}) in {target.parent}", path=str(target)) from None
+        try:
+            if replace:
+                os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                tmp = None
+            else:
+                os.link(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            raise  # replace=False and the name exists: the caller picks another name
+        except OSError as exc:
+            raise SkillRunError(f"cannot put the finished file in place ({exc.strerror or exc}) in {target.parent}",
+                                path=str(target)) from None
         try:
             os.fsync(dfd)  # the rename itself survives a crash
         except OSError:

@@ -116,14 +116,18 @@ def guarded(fn):
             raise
         except SkillRunError as exc:
             err.print(f"[bold red]error:[/] {safe(exc)}", markup=True, highlight=False)
+            _state["error"] = {"reason": exc.reason, "path": exc.path, "field": exc.field, "hint": exc.hint,
+                               "exit_code": exc.exit_code}
             raise typer.Exit(exc.exit_code)
         except KeyboardInterrupt:
             err.print("interrupted")
+            _state["error"] = {"reason": "interrupted", "exit_code": 130}
             raise typer.Exit(130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if os.environ.get("SKILLRUN_DEBUG"):
                 raise
             err.print(f"[bold red]internal error:[/] {safe(type(exc).__name__)}: {safe(exc)} (set SKILLRUN_DEBUG=1 for a traceback)")
+            _state["error"] = {"reason": f"internal error: {type(exc).__name__}: {exc}", "exit_code": EXIT_FAILURE}
             raise typer.Exit(EXIT_FAILURE)
 
     return wrapper
@@ -325,12 +329,14 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw:
         if results is not None:
             data["results"] = results
         _emit_json(data)
+        _report_unwritten(results or [])
     else:
         _print_analysis(a, top, wide)
         if results is not None:
             _print_results(results)
     if cpu_run and results is not None:
         _cpu_note(results, asked_cpu)
+    _exit_if_unwritten(results)
     _exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
@@ -348,6 +354,19 @@ def _print_results(results: list[dict]) -> None:
     for r in results:
         if r.get("artifact"):
             out.print(f"wrote {safe(r['artifact'])}")
+    _report_unwritten(results)
+
+
+def _report_unwritten(results: list[dict]) -> None:
+    """Runs whose artifact could not be written: the verdict above stands, the cause is on stderr."""
+    for r in results:
+        if r.get("artifact_error"):
+            err.print(f"[bold red]error:[/] the result above was not saved: {safe(r['artifact_error'])}", highlight=False)
+
+
+def _exit_if_unwritten(results: list[dict] | None) -> None:
+    if results and any(r.get("artifact_error") for r in results):
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @app.command("match")
@@ -526,10 +545,12 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
                             cuda_graph=cuda_graph, write=not no_write, command=_command_line())
     if want_json():
         _emit_json(results)
+        _report_unwritten(results)
     else:
         _print_results(results)
     if be == "cpu":
         _cpu_note(results, asked_cpu)
+    _exit_if_unwritten(results)
     if any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
     if be == "cpu" and not asked_cpu:
@@ -720,8 +741,71 @@ def build_cli() -> click.Group:
     return group
 
 
+class _Watched:
+    """sys.stdout, noting whether anything was written (to know if a --json error needs an object)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.wrote = False
+
+    def write(self, text):
+        if text:
+            self.wrote = True
+        return self._inner.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _json_error_object(code: int) -> dict:
+    """What a failed --json call prints when the command printed nothing on stdout."""
+    known = _state.get("error")
+    if known:
+        return {"error": {k: v for k, v in known.items() if v is not None}}
+    # Failures reported with a message and an exit (no exception): the last line written to stderr.
+    lines = [ln.strip() for ln in err.export_text(clear=False).splitlines() if ln.strip()]
+    reason = lines[-1] if lines else f"failed with exit code {code}"
+    for prefix in ("error: ", "error:"):
+        reason = reason[len(prefix):] if reason.startswith(prefix) else reason
+    return {"error": {"reason": reason, "exit_code": code}}
+
+
+def _on_sigterm(signum, frame) -> None:
+    # Unwind like Ctrl-C does (finally blocks, atexit): temporary folders are removed and helper
+    # processes stopped, where the default action would end the process on the spot.
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    build_cli()(prog_name="skill-run")
+    """`skill-run`: with --json, every failure also prints one JSON error object on stdout
+    (unless the command already printed its JSON, which then carries the result)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    args = sys.argv[1:]
+    wants_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    if not wants_json:
+        build_cli()(prog_name="skill-run")
+        return
+    watched = _Watched(sys.stdout)
+    sys.stdout = watched
+    err.record = True  # keep stderr's text to name the cause of failures that raise no exception
+    try:
+        rc = build_cli()(prog_name="skill-run", standalone_mode=False)
+    except _cexc.ClickException as exc:
+        exc.show()
+        rc = exc.exit_code
+        _state["error"] = {"reason": exc.format_message(), "exit_code": rc}
+    except _cexc.Abort:
+        err.print("aborted")
+        rc = 130
+    code = rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
+    if code and not watched.wrote:
+        from skillrun.strict_json import dumps
+
+        watched.write(dumps(_json_error_object(code), indent=2) + "\n")
+    sys.stdout.flush()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

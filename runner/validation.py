@@ -137,7 +137,10 @@ def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     folder = base / _slug(record["card"]["id"])
     if folder.is_symlink():
         raise SkillRunError("refusing to write evidence through a symlinked folder", path=str(folder))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SkillRunError(f"cannot create the evidence folder ({exc.strerror or exc})", path=str(folder)) from None
     name = artifact_name(record)
     text = yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
     for n in range(1000):

@@ -335,10 +335,12 @@ def _run_gzip(path: Path, nworkers: int, progress: Progress) -> tuple[list, dict
     (one stream, this process) and scanning (the workers) overlap: each time another
     ``GZ_RANGE`` bytes are on disk, the span up to the last event boundary becomes a range.
     """
-    import tempfile
 
     hint = max(1, _io.content_size_hint(path))
-    tmpdir = tempfile.TemporaryDirectory(prefix="skillrun-trace-")
+    from skillrun import lifeline
+
+    # Named for this process, so that the next run removes it if this one is killed mid-read.
+    tmpdir = lifeline.temp_dir("trace")
     _CLEANUP.append(tmpdir.cleanup)
     raw = Path(tmpdir.name) / "trace.json"
     stream = _io.iter_decompressed(path, 256 << 10)  # small output blocks stay in cache: ~2x faster
