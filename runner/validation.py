@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import platform
 import re

@@ -1,7 +1,6 @@
 """Loading skill cards and fact cards (YAML front matter + markdown body) into typed models."""
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field

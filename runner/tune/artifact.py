@@ -7,7 +7,6 @@ and linked into place, and never overwritten.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import lru_cache
