@@ -15,13 +15,14 @@ live on under PID 1, one of them at 100 % CPU in a hung port. Every such process
   ``start_new_session``) and exits.
 
 Temporary folders of our helpers carry the creating process's id (``skillrun-<kind>-<pid>-…``);
-:func:`sweep_stale_tempdirs` removes those whose process is gone (called whenever a new one is made).
+:func:`sweep_stale` removes those whose process is gone (called whenever a new one is made).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -94,7 +95,8 @@ def die_with_parent(parent: int | None = None, *, deathsig: bool | None = None) 
     return True
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (ours or not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -104,8 +106,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale_tempdirs(kind: str, base: str | None = None) -> list[str]:
-    """Remove ``skillrun-<kind>-<pid>-*`` folders in the temp folder whose process has exited."""
+def sweep_stale(kind: str, base: str | None = None) -> list[str]:
+    """Remove ``skillrun-<kind>-<pid>-*`` folders and files in the temp folder whose process has exited."""
     base = base or tempfile.gettempdir()
     prefix = f"skillrun-{kind}-"
     removed = []
@@ -117,17 +119,23 @@ def sweep_stale_tempdirs(kind: str, base: str | None = None) -> list[str]:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix):].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or pid_alive(int(pid_text)):
             continue
         path = Path(base) / name
         try:
-            if path.is_symlink() or not path.is_dir():
-                continue  # only folders we made (mkdtemp makes real folders)
-            if path.stat().st_uid != os.getuid():
-                continue
+            st = os.lstat(path)
         except OSError:
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        # Only real folders and files of this user (mkdtemp/mkstemp make those; a link is not ours).
+        if st.st_uid != os.getuid() or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                continue
         removed.append(name)
     return removed
 
@@ -135,5 +143,5 @@ def sweep_stale_tempdirs(kind: str, base: str | None = None) -> list[str]:
 def temp_dir(kind: str) -> tempfile.TemporaryDirectory:
     """A temporary folder named for this process (so a later run can tell it is stale), after
     removing the stale folders of that kind left by killed runs."""
-    sweep_stale_tempdirs(kind)
+    sweep_stale(kind)
     return tempfile.TemporaryDirectory(prefix=f"skillrun-{kind}-{os.getpid()}-")

@@ -84,7 +84,7 @@ def test_sigkill_of_the_parent_leaves_no_process_and_the_next_start_removes_its_
     _wait_for(lambda: not _tagged(tag), 15, "every helper process to die after the parent's SIGKILL")
     left = list(tmp.glob("skillrun-child-*"))
     assert left  # SIGKILL runs no cleanup: the folder is still there ...
-    assert lifeline.sweep_stale_tempdirs("child", base=str(tmp)) == [p.name for p in left]
+    assert lifeline.sweep_stale("child", base=str(tmp)) == [p.name for p in left]
     assert not list(tmp.glob("skillrun-child-*"))  # ... until the next start removes it
 
 
@@ -121,5 +121,12 @@ def test_sweep_keeps_folders_of_live_processes(tmp_path):
     other = tmp_path / "skillrun-trace-1-q"
     for d in (mine, live, gone, other):
         d.mkdir()
-    assert lifeline.sweep_stale_tempdirs("child", base=str(tmp_path)) == [gone.name]
+    assert lifeline.sweep_stale("child", base=str(tmp_path)) == [gone.name]
     assert mine.exists() and live.exists() and other.exists()
+    # Files too (a tuning lane's stderr log), never a symlink planted under our name.
+    lane = tmp_path / f"skillrun-lane-{dead.pid}-0-x.err"
+    lane.write_text("log")
+    planted = tmp_path / f"skillrun-lane-{dead.pid}-1-y.err"
+    planted.symlink_to(tmp_path / "elsewhere")
+    assert lifeline.sweep_stale("lane", base=str(tmp_path)) == [lane.name]
+    assert planted.is_symlink()

@@ -90,3 +90,26 @@ def test_every_failing_json_call_prints_a_json_error_object(args):
 def test_absurd_shape_exits_2_before_running():
     r = skill_run("run", "triton_fp8_blockscale_gemm_sm90", "--shape", "18446744073709551617,7168,2048", "--backend", "cpu")
     assert r.returncode == EXIT_USAGE and "larger than any real problem" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_finished_compile_check_keeps_its_verdict_when_the_artifact_cannot_be_written(tmp_path):
+    """`check` (a real FlyDSL compile of one recipe) into a validation root that is a plain file."""
+    from skillrun.check import check_skill
+    from skillrun.check.flydsl_env import require_toolchain
+    from skillrun.kb.index import SkillIndex
+
+    try:
+        require_toolchain()
+    except SkillRunError as exc:
+        pytest.skip(f"FlyDSL toolchain not here: {exc.reason}")
+    blocked = tmp_path / "validation"
+    blocked.write_text("not a folder\n")
+    index = SkillIndex.load(TESTS.parent)
+    card = index.skill("flydsl_fp8_blockscale_gemm")
+    recipe = card.recipes[0].name
+    report = check_skill(index, card.id, arch="gfx950", recipes=[recipe], write=True, timeout_s=900,
+                         validation_root=blocked)
+    (chk,) = report.checks
+    assert chk.status in ("compile_verified", "compile_failed") and chk.artifact is None
+    assert str(blocked) in chk.artifact_error

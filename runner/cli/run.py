@@ -100,6 +100,9 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
         out = console()
         out.print(_rows_fit(rep.table(), term_width(), f"{skill_id}: compile-only checks (no GPU was used; FlyDSL {rep.flydsl})"))
         out.print("[green]all gates passed[/]" if rep.passed else "[red]a gate failed[/]")
+    unsaved = [{"artifact_error": c.artifact_error} for c in rep.checks if c.artifact_error]
+    report_unwritten(unsaved)
+    exit_if_unwritten(unsaved)
     if not rep.passed:
         raise typer.Exit(EXIT_FAILURE)
 
