@@ -18,7 +18,7 @@ from skillrun.match import match_profile
 from skillrun.models import MatchReport, Plan, Profile
 from skillrun.options import FLYDSL_ARCHS, check_arch
 from skillrun.plan import make_plan, problem_keys
-from skillrun.select import parse_shape
+from skillrun.select import check_shape_values, parse_shape
 
 if TYPE_CHECKING:
     from skillrun.evidence import EvidenceIndex
@@ -120,7 +120,7 @@ def parse_shapes_for(report: MatchReport, index: SkillIndex, shapes) -> list[dic
     keys = ("M", "N", "K")
     if report.matches:
         keys = problem_keys(index.skill(report.matches[0].skill_id))
-    return [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+    return [check_shape_values(dict(s)) if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
 
 
 def evidence(index: SkillIndex, paths: list[str | Path] | None = None) -> "EvidenceIndex":
@@ -145,7 +145,7 @@ def run_skill(index: SkillIndex, skill_id: str, shapes: list[str] | list[dict[st
 
     card = index.skill(skill_id)
     keys = problem_keys(card)
-    parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+    parsed = [check_shape_values(dict(s)) if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
     return _run(index, skill_id, parsed, **kw)
 
 
@@ -185,7 +185,7 @@ def tune(index: SkillIndex, skill_id: str | None = None, shapes: list[str] | lis
     if not skill_id or not shapes:
         raise UsageError("tune needs SKILL and at least one --shape (or --from-plan TRACE)", field="shape")
     keys = problem_keys(index.skill(skill_id))
-    parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
+    parsed = [check_shape_values(dict(s)) if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
     return [tune_shape(index, skill_id, s, **kw) for s in parsed]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from skillrun.errors import SkillRunError
+from skillrun.lifeline import pid_alive
 
 TMP_PREFIX = ".tmp-skillrun-"
 TMP_SUFFIX = ".part"
@@ -41,16 +42,6 @@ def _open_dir(folder: Path, no_symlink_folder: bool) -> int:
         raise SkillRunError(f"cannot open output folder ({exc.strerror or exc})", path=str(folder)) from None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_temps(folder: Path, dir_fd: int | None = None) -> list[str]:
     """Remove our temporary files in ``folder`` whose writer has exited; returns the names removed."""
     removed: list[str] = []
@@ -63,7 +54,7 @@ def sweep_stale_temps(folder: Path, dir_fd: int | None = None) -> list[str]:
             continue
         pid_text = name[len(TMP_PREFIX):].split("-", 1)[0]
         # A live writer's file (this process's included) is a write in progress: leave it.
-        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or pid_alive(int(pid_text)):
             continue
         try:
             if dir_fd is not None:
@@ -96,6 +87,9 @@ def write_atomic_from(target: Path, fill: Callable[[BinaryIO], None], *, replace
                 fd = os.open(name, flags, 0o666, dir_fd=dfd)
             except FileExistsError:
                 continue
+            except OSError as exc:  # read-only or full folder, no permission: say which and why
+                raise SkillRunError(f"cannot create a file in the output folder ({exc.strerror or exc})",
+                                    path=str(target.parent)) from None
             tmp = name
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -103,12 +97,18 @@ def write_atomic_from(target: Path, fill: Callable[[BinaryIO], None], *, replace
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
-            raise SkillRunError(f"cannot write ({exc.strerror or exc})", path=str(target)) from None
-        if replace:
-            os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            tmp = None
-        else:
-            os.link(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            raise SkillRunError(f"cannot write ({exc.strerror or exc}) in {target.parent}", path=str(target)) from None
+        try:
+            if replace:
+                os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                tmp = None
+            else:
+                os.link(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            raise  # replace=False and the name exists: the caller picks another name
+        except OSError as exc:
+            raise SkillRunError(f"cannot put the finished file in place ({exc.strerror or exc}) in {target.parent}",
+                                path=str(target)) from None
         try:
             os.fsync(dfd)  # the rename itself survives a crash
         except OSError:

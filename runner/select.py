@@ -76,7 +76,22 @@ def parse_shape(text: str, keys: tuple[str, ...] = ("M", "N", "K")) -> dict[str,
             out = {k: int(v) for k, v in zip(keys, parts)}
     except ValueError:
         raise UsageError(f"shape {text!r} is not a list of integers", field="--shape", hint="use M,N,K or name=value pairs") from None
-    for k, v in out.items():
+    return check_shape_values(out, text)
+
+
+# No GEMM/MoE dimension reaches 2**31 (the same bound ingest applies to shapes read from traces):
+# a larger one is a typo or an attack, and would be recorded as evidence for a shape no one ran.
+MAX_SHAPE_DIM = (1 << 31) - 1
+
+
+def check_shape_values(shape: dict, text: object = None) -> dict[str, int]:
+    """``shape`` if every dimension is an integer in [1, 2**31) (group_size may be 0); else UsageError."""
+    where = f" in shape {text!r}" if text is not None else ""
+    for k, v in shape.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UsageError(f"dimension {k}={v!r}{where} is not an integer", field="--shape")
         if v < 1 and k not in ("group_size",):
-            raise UsageError(f"dimension {k}={v} must be >= 1", field="--shape")
-    return out
+            raise UsageError(f"dimension {k}={v}{where} must be >= 1", field="--shape")
+        if v > MAX_SHAPE_DIM:
+            raise UsageError(f"dimension {k}={v}{where} is larger than any real problem (max {MAX_SHAPE_DIM})", field="--shape")
+    return shape

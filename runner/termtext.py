@@ -26,3 +26,10 @@ def plain(text: object) -> str:
 def safe(text: object) -> str:
     """``text`` ready to embed in a rich markup string: controls escaped, markup escaped."""
     return _escape_markup(plain(text))
+
+
+def plain_block(text: object) -> str:
+    """Like :func:`plain` for multi-line text (a card body): line breaks kept, every other
+    control character escaped, so markdown still renders but an ESC/OSC-8/bidi sequence cannot."""
+    s = text if isinstance(text, str) else str(text)
+    return "\n".join(plain(line) for line in s.split("\n"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import platform
 import re
@@ -23,7 +22,7 @@ from skillrun import __version__
 from skillrun.atomic import is_temp_name, write_atomic
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
-from skillrun.kb.paths import kb_root, schema_path
+from skillrun.kb.paths import kb_root, load_schema
 from skillrun.redact import scrub
 from skillrun.regular_files import read_regular
 
@@ -32,7 +31,7 @@ from skillrun.regular_files import read_regular
 def _validator(name: str = "validation"):
     import jsonschema
 
-    schema = json.loads(schema_path(name).read_text())
+    schema = load_schema(name)
     return jsonschema.Draft202012Validator(schema)
 
 
@@ -171,7 +170,10 @@ def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
     folder = base / _slug(record["card"]["id"])
     if folder.is_symlink():
         raise SkillRunError("refusing to write evidence through a symlinked folder", path=str(folder))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SkillRunError(f"cannot create the evidence folder ({exc.strerror or exc})", path=str(folder)) from None
     name = artifact_name(record)
     text = dump_yaml(record)
     for n in range(1000):

@@ -2,7 +2,10 @@
 
 Tools read only inside the knowledge base and the paths the user handed over when the tools were
 built; everything else is refused with a readable error. Symlinks and ``..`` are resolved before
-the check, so a link inside an allowed folder cannot lead outside it.
+the check, so a link inside an allowed folder cannot lead outside it. Checking a name and then
+opening it leaves a window (another process swaps a folder for a symlink in between), so the file
+is opened first and the *open descriptor* is checked (its real path, from the kernel); readers are
+then handed a path to that descriptor (``/proc/<pid>/fd/N``), which can no longer be redirected.
 
 Real profiler traces carry environment variables and tokens. Ingestion scrubs every string it
 keeps (see :mod:`skillrun.redact`), and tool outputs are scrubbed again: a model must never see a
@@ -10,8 +13,11 @@ secret, because it may repeat it.
 """
 from __future__ import annotations
 
+import os
+import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from skillrun.errors import UsageError
 
@@ -41,6 +47,8 @@ class PathGuard:
         text = str(raw).strip()
         if not text:
             raise UsageError(f"empty {what}", field=what)
+        if "\x00" in text:
+            raise UsageError(f"{what} contains a NUL byte, which no file name can", field=what)
         try:
             path = Path(text).expanduser().resolve()
         except (OSError, RuntimeError) as exc:  # symlink loops, unreadable parents
@@ -55,3 +63,34 @@ class PathGuard:
         if not path.exists():
             raise UsageError(f"no such file: {path}", field=what, hint="check the path the user gave")
         return path
+
+    @contextmanager
+    def opened(self, raw: str | Path, what: str = "path") -> Iterator[tuple[Path, Path]]:
+        """``(path to read, real path)`` of an allowed file, pinned for the duration of the block.
+
+        The file is opened (never following a symlink in its last component), then the real path
+        of the open descriptor is checked against the allowed roots: a swap of any folder on the
+        way between the check in :meth:`resolve` and the open is caught here, not after reading.
+        The path to read names the descriptor itself, so every later open by a reader (or by one
+        of its worker processes) gets the same file. Folders are yielded as their resolved path.
+        """
+        path = self.resolve(raw, what)
+        proc = Path(f"/proc/{os.getpid()}/fd")
+        if not proc.is_dir():  # no /proc (not Linux): the check in resolve() is what we have
+            yield path, path
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise UsageError(f"cannot open {what} {str(raw)!r}: {exc.strerror or exc}", field=what) from None
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            if not self.permits(real):
+                raise UsageError(f"{what} {str(raw)!r} changed while it was being opened and now leads to {real}, "
+                                 "outside the paths these tools may read", field=what)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                yield real, real
+            else:
+                yield proc / str(fd), real
+        finally:
+            os.close(fd)

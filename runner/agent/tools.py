@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from skillrun import api
 from skillrun.agent import schemas as S
-from skillrun.agent.results import MAX_CHARS, dumps, error_result, fit, ok, write_analysis_json
+from skillrun.agent.results import MAX_CHARS, UNTRUSTED_NOTE, dumps, error_result, fit, ok, write_analysis_json
 from skillrun.agent.safety import PathGuard, scrub
 from skillrun.errors import SkillRunError, UsageError
 from skillrun.kb import bounded_yaml
@@ -67,7 +67,12 @@ class ToolSpec:
             result = self.impl(args)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the agent loop must survive anything a tool does
             result = error_result(exc, self.name)
-        return fit(result, self.max_chars, pointer=result.get("full_result"))
+        # The untrusted-data marking is outside the size budget: cutting a result never drops it.
+        note = result.pop("untrusted_data", None)
+        out = fit(result, self.max_chars, pointer=result.get("full_result"))
+        if note:
+            out["untrusted_data"] = note
+        return out
 
     def __call__(self, **kwargs: Any) -> str:
         return dumps(self.run(**kwargs))
@@ -183,10 +188,15 @@ class AgentTools:
 
     # ---- profile → plan
     def analyze_profile(self, a: S.AnalyzeProfileArgs) -> dict[str, Any]:
-        path = self.guard.resolve(a.path, "path")
-        if path.is_dir():
-            raise UsageError(f"{path} is a folder; pass one trace file", field="path")
-        analysis = api.analyze(path, index=self.index, arch=a.arch, top=a.top, shapes=a.shapes or None)
+        with self.guard.opened(a.path, "path") as (pinned, path):
+            if path.is_dir():
+                raise UsageError(f"{path} is a folder; pass one trace file", field="path")
+            # Read through the verified descriptor: a folder swapped for a symlink after the check
+            # cannot send the reader elsewhere.
+            analysis = api.analyze(pinned, index=self.index, arch=a.arch, top=a.top, shapes=a.shapes or None)
+        analysis.profile.source = str(path)
+        if getattr(analysis.plan, "profile", None) == str(pinned):
+            analysis.plan.profile = str(path)
         summary = summarize_analysis(analysis, a.top)
         full = analysis.to_json(top=None)
         if len(dumps(full)) > self.max_chars:
@@ -234,13 +244,17 @@ class AgentTools:
     def read_validation(self, a: S.ReadValidationArgs) -> dict[str, Any]:
         if a.path is None:
             return self._list_artifacts(self.validation_root, a.skill_id, a.limit)
-        path = self.guard.resolve(a.path, "path")
-        if path.is_dir():
-            return self._list_artifacts(path, a.skill_id, a.limit)
+        with self.guard.opened(a.path, "path") as (pinned, path):
+            if path.is_dir():
+                return self._list_artifacts(path, a.skill_id, a.limit)
+            return self._read_one(pinned, path)
+
+    def _read_one(self, pinned: Path, path: Path) -> dict[str, Any]:
+        """One saved analysis or artifact, read through ``pinned`` (the verified open file)."""
         # Only analyses this tool set saved are read as JSON: read_validation is not a general file reader.
         if path.suffix == ".json" and path.parent.name == "_analysis":
             try:
-                data = json.loads(read_regular(path, 64 << 20, "saved analysis"))
+                data = json.loads(read_regular(pinned, 64 << 20, "saved analysis"))
             except (OSError, ValueError, SkillRunError) as exc:
                 raise SkillRunError(f"cannot read saved analysis: {exc}", path=str(path)) from None
             return ok(path=self._rel(path), kind="saved analysis (not a validation artifact)", data=data,
@@ -252,9 +266,10 @@ class AgentTools:
         if "_tuning" in path.parts:  # tuning / ablation / compile-prune artifacts have their own schema
             from skillrun.tune.artifact import load_tuning_artifact
 
-            return ok(path=self._rel(path), artifact=load_tuning_artifact(path), full_result=self._rel(path))
-        record = load_artifact(path)
-        return ok(path=self._rel(path), artifact=record, full_result=self._rel(path))
+            return ok(path=self._rel(path), artifact=load_tuning_artifact(pinned), full_result=self._rel(path),
+                      untrusted_data=UNTRUSTED_NOTE)
+        record = load_artifact(pinned)
+        return ok(path=self._rel(path), artifact=record, full_result=self._rel(path), untrusted_data=UNTRUSTED_NOTE)
 
     def _list_artifacts(self, folder: Path, skill_id: Optional[str], limit: int) -> dict[str, Any]:
         if skill_id:
@@ -345,6 +360,7 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
     else:
         nxt = "no card matched; look at near_misses for what is missing (often --arch or a shape) and tell the user"
     return ok(
+        untrusted_data=UNTRUSTED_NOTE,
         profile={"file": Path(p.source).name, "format": p.format, "arch": p.arch,
                  "devices": [{"name": d.name, "arch": d.arch} for d in p.devices],
                  "total_kernel_ms": round(p.total_kernel_us / 1e3, 4), "kernel_calls": p.kernel_calls,

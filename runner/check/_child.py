@@ -30,4 +30,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from skillrun import lifeline
+
+    lifeline.die_with_parent()  # a compile must not outlive the `check` that asked for it
     sys.exit(main())

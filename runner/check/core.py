@@ -16,7 +16,7 @@ from typing import Any
 
 from skillrun import validation as V
 from skillrun.check import flydsl_env, gates as G
-from skillrun.errors import UsageError
+from skillrun.errors import SkillRunError, UsageError
 from skillrun.kb.cards import Recipe, SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.refs import module_constant, module_file
@@ -39,6 +39,7 @@ class RecipeCheck:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     untuned: bool = False
     artifact: str | None = None
+    artifact_error: str | None = None  # why the artifact could not be written (the check itself stands)
     log_tail: str = ""
 
     @property
@@ -237,7 +238,10 @@ def check_skill(index: SkillIndex, skill_id: str, arch: str | None = None, shape
     for recipe, shape, untuned in plan:
         chk = check_recipe(card, recipe, shape, arch, untuned=untuned, timeout_s=timeout_s)
         if write and chk.status != "skipped":
-            chk.artifact = str(V.write_artifact(_record(card, chk, recipe, version), root=validation_root))
+            try:
+                chk.artifact = str(V.write_artifact(_record(card, chk, recipe, version), root=validation_root))
+            except SkillRunError as exc:  # a read-only or full folder must not lose a finished check
+                chk.artifact_error = str(exc)
         report.checks.append(chk)
     return report
 

@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skillrun import lifeline
 from skillrun.errors import UnavailableError
 from skillrun_kernels._flydsl import toolchain
 
@@ -45,7 +45,7 @@ def child_env(arch: str, isa_dir: Path) -> dict[str, str]:
     env.update(toolchain.compile_env(arch, dump_dir=None, cache_dir=cache_dir()))
     env["SKILLRUN_ISA_DIR"] = str(isa_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return lifeline.child_env(env)  # the compiler process dies with `skill-run check`, even after SIGKILL
 
 
 @dataclass
@@ -65,7 +65,7 @@ def compile_in_child(kernel_ref: str, shape: dict[str, int], config: dict[str, A
     module = kernel_ref.split(":", 1)[0]
     isa_dir = Path(isa_dir or cache_dir() / "isa")
     isa_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="skillrun-check-") as tmp:
+    with lifeline.temp_dir("check") as tmp:  # named for this process: swept by the next run if we are killed
         out_path = Path(tmp) / "facts.json"
         request = {"module": module, "shape": shape, "config": config, "arch": arch, "out": str(out_path)}
         t0 = time.perf_counter()

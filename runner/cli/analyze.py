@@ -10,8 +10,8 @@ import typer
 from skillrun import api
 from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, OutFormat,
                                  command_line, console, cpu_fallback, cpu_note, devices_label, emit_json, emit_rows, err,
-                                 exit_on_card_problems, guarded, index, out_format, print_analysis, print_results, state,
-                                 term_width, unbounded, want_json)
+                                 exit_if_unwritten, exit_on_card_problems, guarded, index, out_format, print_analysis,
+                                 print_results, report_unwritten, state, term_width, unbounded, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
 from skillrun.termtext import safe
 
@@ -123,12 +123,14 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw:
         if results is not None:
             data["results"] = results
         emit_json(data)
+        report_unwritten(results)
     else:
         print_analysis(a, top, wide)
         if results is not None:
             print_results(results)
     if cpu_run and results is not None:
         cpu_note(results, asked_cpu)
+    exit_if_unwritten(results)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)

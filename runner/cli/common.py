@@ -114,9 +114,13 @@ def guarded(fn):
             raise
         except SkillRunError as exc:
             err.print(f"[bold red]error:[/] {safe(exc)}", markup=True, highlight=False)
+            # Kept for the JSON error object a failing --json call prints (entry.main).
+            state["error"] = {"reason": exc.reason, "path": exc.path, "field": exc.field, "hint": exc.hint,
+                              "exit_code": exc.exit_code}
             raise typer.Exit(exc.exit_code)
         except KeyboardInterrupt:
             err.print("interrupted")
+            state["error"] = {"reason": "interrupted", "exit_code": 130}
             raise typer.Exit(130)
         except BrokenPipeError:
             stdout_closed()
@@ -124,6 +128,7 @@ def guarded(fn):
             if os.environ.get("SKILLRUN_DEBUG"):
                 raise
             err.print(f"[bold red]internal error:[/] {safe(type(exc).__name__)}: {safe(exc)} (set SKILLRUN_DEBUG=1 for a traceback)")
+            state["error"] = {"reason": f"internal error: {type(exc).__name__}: {exc}", "exit_code": EXIT_FAILURE}
             raise typer.Exit(EXIT_FAILURE)
 
     return wrapper
@@ -231,6 +236,20 @@ def print_results(results: list[dict]) -> None:
     for r in results:
         if r.get("artifact"):
             out.print(f"wrote {safe(r['artifact'])}")
+    report_unwritten(results)
+
+
+def report_unwritten(results: list[dict]) -> None:
+    """Runs whose artifact could not be written: the verdict stands (printed or in the JSON), the
+    cause goes to stderr."""
+    for r in results or []:
+        if r.get("artifact_error"):
+            err.print(f"[bold red]error:[/] the result above was not saved: {safe(r['artifact_error'])}", highlight=False)
+
+
+def exit_if_unwritten(results: list[dict] | None) -> None:
+    if results and any(r.get("artifact_error") for r in results):
+        raise typer.Exit(EXIT_FAILURE)
 
 
 

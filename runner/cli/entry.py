@@ -20,7 +20,7 @@ from typer._click import exceptions as _cexc  # typer ships its own click
 from typer.core import TyperGroup
 
 from skillrun.cli import agent, analyze, e2e, kb, profile, run, tune
-from skillrun.cli.common import state
+from skillrun.cli.common import err, state
 from skillrun.termtext import plain
 
 HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape;
@@ -136,6 +136,70 @@ def build_cli() -> click.Group:
     return group
 
 
+class _Watched:
+    """sys.stdout, noting whether anything was written (to know if a --json error needs an object)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.wrote = False
+
+    def write(self, text):
+        if text:
+            self.wrote = True
+        return self._inner.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _json_error_object(code: int) -> dict:
+    """What a failed --json call prints when the command printed nothing on stdout."""
+    known = state.get("error")
+    if known:
+        return {"error": {k: v for k, v in known.items() if v is not None}}
+    # Failures reported with a message and an exit (no exception): the last line written to stderr.
+    lines = [ln.strip() for ln in err.export_text(clear=False).splitlines() if ln.strip()]
+    reason = lines[-1] if lines else f"failed with exit code {code}"
+    if reason.startswith("error:"):
+        reason = reason[len("error:"):].strip()
+    return {"error": {"reason": reason, "exit_code": code}}
+
+
+def _on_sigterm(signum, frame) -> None:
+    # Unwind like Ctrl-C does (finally blocks, atexit): temporary folders are removed and helper
+    # processes stopped, where the default action would end the process on the spot.
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    build_cli()(prog_name="skill-run")
+    """`skill-run`. With --json, every failure also prints one JSON error object on stdout (unless
+    the command already printed its JSON, which then carries the result)."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    args = sys.argv[1:]
+    wants_json = "--json" in (args[: args.index("--")] if "--" in args else args)
+    if not wants_json:
+        build_cli()(prog_name="skill-run")
+        return
+    watched = _Watched(sys.stdout)
+    sys.stdout = watched
+    err.record = True  # keep stderr's text to name the cause of failures that raise no exception
+    try:
+        rc = build_cli()(prog_name="skill-run", standalone_mode=False)
+    except _cexc.ClickException as exc:
+        exc.show()
+        rc = exc.exit_code
+        state["error"] = {"reason": exc.format_message(), "exit_code": rc}
+    except _cexc.Abort:
+        err.print("aborted")
+        rc = 130
+    code = rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
+    if code and not watched.wrote:
+        from skillrun.strict_json import dumps
+
+        watched.write(dumps(_json_error_object(code), indent=2) + "\n")
+    sys.stdout.flush()
+    sys.exit(code)
 

@@ -8,10 +8,10 @@ import typer
 from rich.table import Table
 
 from skillrun import api
-from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_rows, err, guarded, index, out_format,
-                                 want_json)
+from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_rows, err, exit_on_card_problems, guarded,
+                                 index, out_format, want_json)
 from skillrun.errors import EXIT_FAILURE
-from skillrun.termtext import safe
+from skillrun.termtext import plain_block, safe
 
 
 def register(app: typer.Typer) -> None:
@@ -53,6 +53,7 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
     kind = out_format(fmt)
     if kind == "json":
         emit_json(rows)
+        exit_on_card_problems(idx.problems)  # an invalid card is never dropped silently
         return
     if kind in ("csv", "tsv"):
         from skillrun.tabular import card_rows
@@ -66,6 +67,7 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
         frm = r["from"] if isinstance(r["from"], str) else "/".join(r["from"])
         t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), safe(r["validation"]))
     console().print(t)
+    exit_on_card_problems(idx.problems)
 
 
 @guarded
@@ -85,7 +87,8 @@ def show_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id, 
     out.print(f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}")
     for r in card.recipes:
         out.print(f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}")
-    out.print(Markdown(card.body))
+    # Card text is untrusted: raw escapes are made visible and links printed as text (no OSC-8).
+    out.print(Markdown(plain_block(card.body), hyperlinks=False))
 
 
 @guarded
@@ -102,4 +105,4 @@ def fact_cmd(fact_id: str = typer.Argument(..., metavar="FACT", help="Fact id, a
 
     out = console()
     out.print(f"[bold]{safe(fact.id)}[/] — {safe(fact.data['title'])}")
-    out.print(Markdown(fact.body))
+    out.print(Markdown(plain_block(fact.body), hyperlinks=False))

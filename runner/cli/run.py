@@ -12,7 +12,8 @@ from rich.table import Table
 
 from skillrun import api
 from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, OutFormat, command_line, console, cpu_fallback, cpu_note,
-                                 emit_json, emit_rows, err, guarded, index, out_format, print_results, term_width,
+                                 emit_json, emit_rows, err, exit_if_unwritten, guarded, index, out_format, print_results,
+                                 report_unwritten, term_width,
                                  want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
@@ -44,10 +45,12 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
                             cuda_graph=cuda_graph, write=not no_write, command=command_line())
     if want_json():
         emit_json(results)
+        report_unwritten(results)
     else:
         print_results(results)
     if be == "cpu":
         cpu_note(results, asked_cpu)
+    exit_if_unwritten(results)
     if any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
     if be == "cpu" and not asked_cpu:
@@ -98,6 +101,9 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
         out = console()
         out.print(_rows_fit(rep.table(), term_width(), f"{skill_id}: compile-only checks (no GPU was used; FlyDSL {rep.flydsl})"))
         out.print("[green]all gates passed[/]" if rep.passed else "[red]a gate failed[/]")
+    unsaved = [{"artifact_error": c.artifact_error} for c in rep.checks if c.artifact_error]
+    report_unwritten(unsaved)
+    exit_if_unwritten(unsaved)
     if not rep.passed:
         raise typer.Exit(EXIT_FAILURE)
 

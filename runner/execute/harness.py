@@ -136,7 +136,13 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
     if ctx.notes:
         rec["notes"] = ctx.notes
     out = dict(rec)
-    out["artifact"] = str(write_artifact(rec, validation_root)) if write else None
+    out["artifact"] = None
+    if write:
+        try:
+            out["artifact"] = str(write_artifact(rec, validation_root))
+        except SkillRunError as exc:
+            # The run is finished: a folder that cannot take the file must not lose its verdict.
+            out["artifact_error"] = str(exc)
     return out
 
 

@@ -23,11 +23,12 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, IO
+
+from skillrun import lifeline
 
 TAIL_CHARS = 3000
 
@@ -55,7 +56,7 @@ def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
             env.pop(k, None)
         else:
             env[k] = v
-    return env
+    return lifeline.child_env(env)  # the child dies with this process (parent-death signal + watch)
 
 
 def describe_exit(code: int) -> str:
@@ -153,7 +154,8 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
         res["watchdog"] = record
         return res
-    with tempfile.TemporaryDirectory(prefix="skillrun-child-") as tmp:
+    # Named for this process: a run killed by SIGKILL leaves its folder, and the next run removes it.
+    with lifeline.temp_dir("child") as tmp:
         d = Path(tmp)
         clock = None
         if task.get("launch_deadline_s"):

@@ -644,4 +644,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from skillrun import lifeline
+
+    lifeline.die_with_parent()  # spawned by the harness: end with it, even after its SIGKILL
     sys.exit(main(sys.argv))

@@ -21,8 +21,11 @@ import sys
 import time
 
 
-def _child(req: dict) -> None:
+def _child(req: dict, zygote: int) -> None:
     os.setsid()
+    from skillrun import lifeline
+
+    lifeline.die_with_parent(zygote, deathsig=True)  # forked from the zygote's main thread
     for fd, key in ((1, "stdout"), (2, "stderr")):
         f = os.open(req[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
@@ -66,6 +69,9 @@ def _wait(pid: int, timeout_s: float) -> tuple[int, bool]:
 
 
 def main() -> int:
+    from skillrun import lifeline
+
+    lifeline.die_with_parent()  # the harness's pid, from the environment it gave us
     import torch  # noqa: F401  (the point of the zygote: children inherit it imported)
     import torch.profiler  # noqa: F401
 
@@ -84,9 +90,10 @@ def main() -> int:
         if not line.strip():
             continue
         req = json.loads(line)
+        me = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(req)
+            _child(req, me)
         code, timed_out = _wait(pid, float(req.get("timeout_s", 600)))
         out.write(json.dumps({"exit": code, "timed_out": timed_out}) + "\n")
         out.flush()

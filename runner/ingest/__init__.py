@@ -10,6 +10,8 @@ Trace metadata (environment, command lines, tokens) is never copied into the Pro
 """
 from __future__ import annotations
 
+import csv
+
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -77,7 +79,7 @@ def ingest(path: str | Path, arch: Optional[str] = None, progress: Optional[Prog
     except RuntimeError as exc:  # a reader worker process failed: report it in one line, not a traceback
         raise SkillRunError(reason=f"trace reader failed ({str(exc)[:200]})", path=str(p)) from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
-            UnicodeError, OSError, EOFError) as exc:
+            UnicodeError, OSError, EOFError, csv.Error) as exc:
         # A reader met input it did not expect: report it as bad input, in one line.
         raise InputError(f"cannot read {fmt} trace ({type(exc).__name__}: {str(exc)[:200]})", path=str(p)) from None
     raise InputError(f"format {fmt} has no reader", path=str(p))

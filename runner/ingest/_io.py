@@ -20,18 +20,70 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # A decompressed trace larger than this is refused: past it the machine, not the tool, is the limit.
 MAX_TRACE_BYTES = 64 << 30
+# Real traces compress 7-25x (JSON and CSV alike); a file that expands past this ratio is a gzip
+# bomb, not a profile. The slack lets tiny files expand freely (headers compress very well).
+MAX_GZIP_RATIO = 100
+GZIP_RATIO_SLACK = 64 << 20
+
+
+class ContentTooLarge(InputError):
+    """The content is larger than the reader's limit (a caller may fall back to a streaming path)."""
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory the kernel says can be had without swapping (Linux), else None."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def disk_budget(folder: str) -> int:
+    """How much may be decompressed into ``folder``: most of its free space, at most MAX_TRACE_BYTES."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return MAX_TRACE_BYTES
+    return max(0, min(MAX_TRACE_BYTES, free - (1 << 30), int(free * 0.8)))
+
+
+def memory_budget(limit: int) -> int:
+    """``limit`` lowered to half of the memory available now (content read whole is held in memory)."""
+    avail = available_memory()
+    return limit if avail is None else max(64 << 20, min(limit, avail // 2))
 
 
 # The csv module refuses fields over 128 KiB by default; a long kernel name or args column is
-# valid CSV, and the whole file is already size-capped, so the field limit is lifted to the cap.
-_CSV_FIELD_LIMIT = 2**31 - 1
+# valid CSV, so the limit is raised, but not without bound: a field past this is refused (one line
+# error) rather than held whole. Names kept from it are cut further (_profile.MAX_KEPT_NAME).
+_CSV_FIELD_LIMIT = 64 << 20
 
 
 def csv_reader(lines):
     """``csv.reader`` that accepts fields of any length (up to the file's own size cap)."""
-    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+    if csv.field_size_limit() != _CSV_FIELD_LIMIT:
         csv.field_size_limit(_CSV_FIELD_LIMIT)
     return csv.reader(lines)
+
+
+def stream_csv(path: Path, find_header, head_lines: int = 2000):
+    """(format, rows) of a CSV trace read as a stream: ``find_header(text)`` locates the header in
+    the first ``head_lines`` lines (it returns (format, line index)); ``rows`` starts at the header
+    row. Memory is one row at a time, not the file (nor its decompressed copy)."""
+    import itertools
+
+    lines = iter_lines(path)
+    head = list(itertools.islice(lines, head_lines))
+    fmt, idx = find_header("".join(head))
+    if fmt is None:
+        return None, iter(())
+    return fmt, csv_reader(itertools.chain(head[idx:], lines))
 
 
 @contextmanager
@@ -104,8 +156,19 @@ def content_size_hint(path: Path) -> int:
     return size
 
 
-def iter_decompressed(path: Path, chunk: int = 16 << 20) -> Iterator[bytes]:
-    """Decompressed content of a gzip file, chunk by chunk (zlib streaming, multi-member safe)."""
+_STEP = 64 << 20  # most bytes one zlib call may produce
+
+
+def iter_decompressed(path: Path, chunk: int = 16 << 20, budget: Optional[int] = None) -> Iterator[bytes]:
+    """Decompressed content of a gzip file, chunk by chunk (zlib streaming, multi-member safe).
+
+    Bounded twice: by ratio to the compressed size (MAX_GZIP_RATIO, a gzip bomb) and by ``budget``
+    (the caller's absolute allowance: free disk for a temporary copy, memory for content held
+    whole), whichever comes first; each ends the read with an InputError naming the bound.
+    """
+    size = file_size(path)
+    by_ratio = MAX_GZIP_RATIO * size + GZIP_RATIO_SLACK
+    cap = min(MAX_TRACE_BYTES, by_ratio, budget if budget is not None else MAX_TRACE_BYTES)
     try:
         with open(path, "rb") as fh:
             d: Optional[zlib._Decompress] = zlib.decompressobj(wbits=31)
@@ -114,23 +177,33 @@ def iter_decompressed(path: Path, chunk: int = 16 << 20) -> Iterator[bytes]:
                 raw = fh.read(chunk)
                 if not raw:
                     break
-                while raw:
+                pending = False
+                while raw or pending:
                     if d is None:
                         if raw[:2] != GZIP_MAGIC:
                             raw = b""  # trailing bytes after the last member: gzip ignores them too
                             break
                         d = zlib.decompressobj(wbits=31)
-                    out = d.decompress(raw)
+                    # max_length: one small block of a bomb must not expand to gigabytes in one call;
+                    # a full output block may leave more to come for the same input (``pending``).
+                    out = d.decompress(raw, _STEP)
+                    raw = d.unconsumed_tail
+                    pending = len(out) == _STEP and not d.eof
                     if out:
                         total += len(out)
-                        if total > MAX_TRACE_BYTES:
-                            raise InputError("decompressed trace is larger than 64 GiB", path=str(path))
+                        if total > cap:
+                            if cap == by_ratio:
+                                why = f"expands more than {MAX_GZIP_RATIO}x its compressed size (a gzip bomb?)"
+                            elif budget is not None and cap == budget:
+                                why = f"is larger than the {_human(budget)} that can be spared for it here (free disk or memory)"
+                            else:
+                                why = f"is larger than {_human(MAX_TRACE_BYTES)}"
+                            raise InputError(f"decompressed trace {why}", path=str(path))
                         yield out
                     if d.eof:
                         raw = d.unused_data
                         d = None
-                    else:
-                        raw = b""
+                        pending = False
             if d is not None:
                 tail = d.flush()
                 if tail:
@@ -158,16 +231,45 @@ def iter_content(path: Path, chunk: int = 16 << 20) -> Iterator[bytes]:
         raise InputError(f"cannot read file ({exc.strerror or exc})", path=str(path)) from None
 
 
+def _human(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+
 def read_content(path: Path, limit: int = MAX_TRACE_BYTES) -> bytes:
-    """Whole decompressed content (for small files)."""
+    """Whole decompressed content (for small files), at most ``limit`` bytes and at most half of
+    the memory available (ContentTooLarge past either)."""
+    limit = memory_budget(limit)
     parts = []
     total = 0
-    for b in iter_content(path):
-        total += len(b)
-        if total > limit:
-            raise InputError(f"file is larger than {limit >> 20} MiB for this reader", path=str(path))
-        parts.append(b)
+    chunks = iter_decompressed(path, 256 << 10, budget=limit + 1) if is_gzip(path) else iter_content(path)
+    try:
+        for b in chunks:
+            total += len(b)
+            if total > limit:
+                raise ContentTooLarge(f"file is larger than {_human(limit)} for this reader", path=str(path))
+            parts.append(b)
+    except InputError as exc:
+        if "can be spared" in exc.reason:
+            raise ContentTooLarge(f"file is larger than {_human(limit)} for this reader", path=str(path)) from None
+        raise
     return b"".join(parts)
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The file's (decompressed) text line by line, never whole in memory (UTF-8, bad bytes replaced)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
+    for b in iter_content(path, 4 << 20):
+        text = rest + decoder.decode(b)
+        lines = text.splitlines(keepends=True)
+        # The last piece may be cut mid-line (or between the \r and \n of one line ending).
+        rest = lines.pop() if lines and (not lines[-1].endswith(("\n", "\r")) or lines[-1].endswith("\r")) else ""
+        yield from lines
+    tail = rest + decoder.decode(b"", final=True)
+    if tail:
+        yield tail
 
 
 def content_head(path: Path, n: int = 1 << 20) -> bytes:

@@ -17,6 +17,7 @@ This module imports only the standard library and orjson: worker processes impor
 """
 from __future__ import annotations
 
+import os
 import re
 from array import array
 from typing import Any, Iterable, Optional
@@ -852,6 +853,10 @@ def worker_range(conn, path: str, prefixes: Optional[dict]) -> None:
     import gc
     import time
 
+    from skillrun import lifeline
+
+    # Ends with the reading process (a SIGKILLed `skill-run` must not leave scanners behind).
+    lifeline.die_with_parent(os.getppid(), deathsig=True)
     gc.disable()  # millions of small tuples, no cycles: the cyclic GC would only cost time
     shard = Shard()
     shard.path = path

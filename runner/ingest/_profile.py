@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .. import shapes
@@ -44,6 +44,24 @@ NEGATIVE_DURATION = "negative_duration"
 NON_FINITE_DURATION = "non_finite_duration"
 NON_FINITE_TIMESTAMP = "non_finite_timestamp"
 ABSURD_SHAPE = "absurd_shape"
+IMPOSSIBLE_DURATION = "impossible_duration"
+KERNEL_TIME_EXCEEDS_SPAN = "kernel_time_exceeds_span"
+
+# No single kernel runs an hour (drivers' watchdogs and every real trace end far sooner); a
+# longer "duration" (1.5e308 µs sums to inf and turns every share into NaN) is a broken or forged value.
+MAX_CALL_US = 3.6e9
+# At most this many kernels run at once on one device (H100/MI300 hardware queues allow 128):
+# more kernel time than this many times the device's span means duplicated events.
+MAX_CONCURRENT_KERNELS = 128
+# Names are kept to this many characters (matching reads 4096 of them: names.MAX_NAME_LEN); a
+# 200 MB "kernel name" must not be held, printed or written whole. Longer ones are cut and counted.
+MAX_KEPT_NAME = 8192
+NAME_TRUNCATED = "name_truncated"
+# Distinct kernel names kept; past it calls are summed under one row and counted (real traces
+# have a few thousand; a million forged names would otherwise cost gigabytes downstream).
+MAX_DISTINCT_KERNELS = 100_000
+KERNELS_PAST_CAP = "kernels_past_name_cap"
+OTHER_KERNELS = "<other kernels: past the distinct-name cap>"
 
 
 def absurd_dims(shape: Optional[dict]) -> bool:
@@ -217,6 +235,18 @@ class ProfileBuilder:
         format's own statistics, usable only when the kernel comes in one group) give the spread."""
         if not isinstance(name, str) or not name:
             name = "<unnamed kernel>"
+        if len(name) > MAX_KEPT_NAME:
+            self.note(NAME_TRUNCATED, calls)
+            name = name[:MAX_KEPT_NAME] + f"…[{len(name) - MAX_KEPT_NAME} more characters]"
+        if isinstance(demangled, str) and len(demangled) > MAX_KEPT_NAME:
+            demangled = demangled[:MAX_KEPT_NAME] + "…"
+        if isinstance(short_name, str) and len(short_name) > MAX_KEPT_NAME:
+            short_name = short_name[:MAX_KEPT_NAME] + "…"
+        if name not in self._k and len(self._k) >= MAX_DISTINCT_KERNELS:
+            self.note(KERNELS_PAST_CAP, calls)
+            name, op, demangled, short_name, grid, block = OTHER_KERNELS, None, None, None, None, None
+        if op is not None and len(op.name) > MAX_KEPT_NAME:
+            op = replace(op, name=op.name[:MAX_KEPT_NAME] + "…")
         total_us = float(total_us)
         if not math.isfinite(total_us):
             self.note(NON_FINITE_DURATION, calls)
@@ -224,6 +254,10 @@ class ProfileBuilder:
         elif total_us < 0:
             self.note(NEGATIVE_DURATION, calls)
             total_us = 0.0
+        elif calls > 0 and (total_us / calls > MAX_CALL_US or (isinstance(max_us, (int, float)) and max_us > MAX_CALL_US)):
+            self.note(IMPOSSIBLE_DURATION, calls)
+            total_us = 0.0
+            min_us = max_us = None
         k = self._k.get(name)
         if k is None:
             k = self._k[name] = _KernelAgg(name=name)
@@ -330,6 +364,7 @@ class ProfileBuilder:
                 dev_total[d] = dev_total.get(d, 0.0) + us
                 dev_calls[d] = dev_calls.get(d, 0) + k.device_calls.get(d, 0)
         per_device = len([d for d, us in dev_total.items() if us > 0]) > 1
+        crowded = self._crowded_devices(dev_total, dev_calls, total, calls)
         category_us: dict[str, float] = {}
         for k in self._k.values():
             ops: list[OpCall] = []
@@ -398,6 +433,10 @@ class ProfileBuilder:
                             f"({calls} kernel executions were recorded). Profile the graph's replays to time them")
         if not stats:
             warnings.append("no GPU kernel executions found in the trace")
+        for d, kernel_us, span_us in crowded:
+            warnings.append(f"device {d}: {kernel_us / 1000:.3f} ms of kernel time inside a {span_us / 1000:.3f} ms span "
+                            f"(more than {MAX_CONCURRENT_KERNELS} kernels at once): duplicated events? The times are "
+                            "shown as the trace gives them")
         if self.anomalies:
             warnings.append("values the trace cannot mean were left out (not clamped into the numbers): "
                             + ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(self.anomalies.items())))
@@ -417,6 +456,19 @@ class ProfileBuilder:
             device_time=self._device_time(dev_total, dev_calls),
             category_us={c: round(us, 3) for c, us in sorted(category_us.items(), key=lambda kv: -kv[1])},
             warnings=[scrub_text(w) for w in dedupe_warnings(warnings)])
+
+    def _crowded_devices(self, dev_total: dict[int, float], dev_calls: dict[int, int], total: float,
+                         calls: int) -> list[tuple[int, float, float]]:
+        """Devices whose kernel time cannot fit in their timeline's span; each counted in anomalies."""
+        out = []
+        for d, (_, span) in sorted(self._timeline.items()):
+            kernel_us, n = (dev_total.get(d, 0.0), dev_calls.get(d, 0)) if d >= 0 else (total, calls)
+            if d < 0 and dev_total:
+                continue
+            if span > 0 and kernel_us > span * MAX_CONCURRENT_KERNELS:
+                self.note(KERNEL_TIME_EXCEEDS_SPAN, n)
+                out.append((max(d, 0), kernel_us, span))
+        return out
 
     def _device_time(self, dev_total: dict[int, float], dev_calls: dict[int, int]) -> list[DeviceTime]:
         out = []

@@ -6,7 +6,6 @@ values may use thousands separators). ``CC`` gives the compute capability. Leadi
 """
 from __future__ import annotations
 
-import io
 import re
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,11 +36,9 @@ _LAUNCH_METRICS = {"Registers Per Thread": "registers_per_thread",
 
 def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
                    progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    text = _io.read_content(path, limit=4 << 30).decode("utf-8", errors="replace")
-    fmt, line = find_csv_header(text)
+    fmt, reader = _io.stream_csv(path, find_csv_header)
     if fmt is None:
         raise InputError("no ncu CSV header", path=str(path))
-    reader = _io.csv_reader(io.StringIO("\n".join(text.splitlines()[line:])))
     header = [h.strip().lower() for h in next(reader)]
     idx = {h: i for i, h in enumerate(header)}
     need = ("id", "kernel name", "metric name", "metric unit", "metric value")

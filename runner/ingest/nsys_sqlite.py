@@ -108,7 +108,8 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
         want = [c if c in gcols else "NULL" for c in ("id", "name", "computeMajor", "computeMinor", "smCount",
                                                        "threadsPerWarp")]
         seen = set()
-        for gid, name, ma, mi, sms, warp in con.execute(f'SELECT {", ".join(want)} FROM "{gt}"'):
+        for gid, name, ma, mi, sms, warp in con.execute(f'SELECT {", ".join(want)} FROM "{gt}" '
+                                                                     f'LIMIT {_sqlite.MAX_DEVICE_ROWS}'):
             if gid in seen:
                 continue
             seen.add(gid)

@@ -5,7 +5,6 @@ stdout noise such as ``Processing [...]`` lines before the header is skipped.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,11 +27,9 @@ def _num(v: str) -> Optional[float]:
 
 def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
                           progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    text = _io.read_content(path, limit=1 << 30).decode("utf-8", errors="replace")
-    fmt, line = find_csv_header(text)
+    fmt, reader = _io.stream_csv(path, find_csv_header)
     if fmt is None:
         raise InputError("no nsys stats header (Time (%), Total Time (ns), …, Name)", path=str(path))
-    reader = _io.csv_reader(io.StringIO("\n".join(text.splitlines()[line:])))
     header = [h.strip().lower().replace(" ", "") for h in next(reader)]
     idx = {h: i for i, h in enumerate(header)}
     tot_i, n_i, name_i = idx.get("totaltime(ns)"), idx.get("instances"), idx.get("name")

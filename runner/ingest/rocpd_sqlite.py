@@ -78,7 +78,8 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
         if at:
             acols = set(_sqlite.columns(con, at))
             want = [c if c in acols else "NULL" for c in ("absolute_index", "logical_index", "name", "product_name")]
-            for ab, lo, name, product in con.execute(f'SELECT {", ".join(want)} FROM "{at}" WHERE type = \'GPU\''):
+            for ab, lo, name, product in con.execute(f'SELECT {", ".join(want)} FROM "{at}" WHERE type = \'GPU\' '
+                                                   f'LIMIT {_sqlite.MAX_DEVICE_ROWS}'):
                 idx = ab if isinstance(ab, int) else lo if isinstance(lo, int) else len(devices)
                 devices.setdefault(idx, DeviceInfo(index=idx, name=product if isinstance(product, str) else None,
                                                    vendor="amd", arch=clean_gfx(name)))

@@ -7,7 +7,6 @@ Kernel names may carry a ``.kd`` suffix (code-object symbol): it is kept as writ
 """
 from __future__ import annotations
 
-import io
 import math
 import re
 from array import array
@@ -44,16 +43,9 @@ def _col(cols: dict[str, int], *names: str) -> Optional[int]:
 
 def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
                        progress: Optional[Callable[[int, int], None]] = None) -> Profile:
-    data = _io.read_content(path, limit=8 << 30)
-    if progress:
-        progress(len(data), len(data))
-    text = data.decode("utf-8", errors="replace")
-    del data
-    found, line = find_csv_header(text)
+    found, reader = _io.stream_csv(path, find_csv_header)
     if found is None:
         raise InputError("no rocprof CSV header found", path=str(path))
-    lines = text.splitlines()[line:]
-    reader = _io.csv_reader(io.StringIO("\n".join(lines)))
     header = [h.strip().strip('"').lower() for h in next(reader)]
     cols = {h: i for i, h in enumerate(header)}
     b = ProfileBuilder(str(path), fmt)

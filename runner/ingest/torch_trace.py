@@ -29,7 +29,8 @@ from ..models import DeviceInfo, Profile
 from . import _io
 from ._jsonhead import BadJSON, parse_tail, skip_value, walk, walk_stream
 from ._kineto_shard import BOUNDARY, NoBoundary, Shard, detect_prefixes, worker_range
-from ._profile import NEGATIVE_DURATION, NON_FINITE_DURATION, OpRef, ProfileBuilder, busy_span_arrays, make_opref
+from ._profile import (IMPOSSIBLE_DURATION, MAX_CALL_US, NEGATIVE_DURATION, NON_FINITE_DURATION, OpRef, ProfileBuilder,
+                       busy_span_arrays, make_opref)
 from .arch import devices_from_kineto
 
 FORMAT = "kineto_json"
@@ -37,6 +38,9 @@ _CLEANUP: list = []  # temporary files of the current read, removed once linking
 LAST_STATS: dict = {}  # how the last Kineto read went (shards, chunks read fast/slow): for tests and benchmarks
 LAST_WORKERS: list = []  # per worker process of the last large read: scan CPU seconds, peak RSS
 SMALL_LIMIT = 16 << 20  # below this (decompressed) the whole document is parsed at once
+# The whole-document path reads at most max(4 x its limit, this) before it hands over to the
+# streaming path (a gzip trailer's size is only a hint, and a crafted file can make it lie).
+SMALL_READ_FLOOR = 64 << 20
 LAUNCH_EPS_US = 1.0
 _INF = float("inf")
 
@@ -110,9 +114,15 @@ def ingest_kineto(path: Path, arch: Optional[str] = None, progress: Progress = N
     _mark("start")
     with _io.sigterm_unwinds():  # Ctrl-C and SIGTERM both remove the decompressed temporary trace
         try:
+            handles = None
             if size_hint <= small_limit:
-                handles, props = _read_small(path, progress)
-            else:
+                try:
+                    # The size hint comes from the gzip trailer, which the file itself may falsify:
+                    # the whole-document path stops reading past a few times the limit.
+                    handles, props = _read_small(path, progress, limit=max(4 * small_limit, SMALL_READ_FLOOR))
+                except _io.ContentTooLarge:
+                    handles = None
+            if handles is None:
                 handles, props = _read_large(path, progress, workers)
         except BaseException:
             while _CLEANUP:
@@ -139,8 +149,8 @@ def _parse_error(path: Path, exc: Exception) -> InputError:
     return InputError(f"corrupt or truncated trace JSON: {msg}", path=str(path))
 
 
-def _read_small(path: Path, progress: Progress) -> tuple[list, Any]:
-    data = _io.read_content(path)
+def _read_small(path: Path, progress: Progress, limit: int = _io.MAX_TRACE_BYTES) -> tuple[list, Any]:
+    data = _io.read_content(path, limit=limit)
     if progress:
         progress(len(data), len(data))
     try:
@@ -334,13 +344,16 @@ def _run_gzip(path: Path, nworkers: int, progress: Progress) -> tuple[list, dict
     (one stream, this process) and scanning (the workers) overlap: each time another
     ``GZ_RANGE`` bytes are on disk, the span up to the last event boundary becomes a range.
     """
-    import tempfile
 
     hint = max(1, _io.content_size_hint(path))
-    tmpdir = tempfile.TemporaryDirectory(prefix="skillrun-trace-")
+    from skillrun import lifeline
+
+    # Named for this process, so that the next run removes it if this one is killed mid-read.
+    tmpdir = lifeline.temp_dir("trace")
     _CLEANUP.append(tmpdir.cleanup)
     raw = Path(tmpdir.name) / "trace.json"
-    stream = _io.iter_decompressed(path, 256 << 10)  # small output blocks stay in cache: ~2x faster
+    # Small output blocks stay in cache (~2x faster); the copy may use most of the free disk, no more.
+    stream = _io.iter_decompressed(path, 256 << 10, budget=_io.disk_budget(tmpdir.name))
     try:
         out = open(raw, "wb")
     except OSError as exc:
@@ -607,14 +620,16 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     bad_sigs = 0
     groups: dict[tuple, list] = {}
     kernel_devices: set[int] = set()
-    negative = infinite = 0
+    negative = infinite = impossible = 0
     spans: dict[int, list] = {}
     for ti, t in enumerate(tables):
         names = t["names"]
         for nid, dur, dev, g, l, key in zip(t["kname"], t["kdur"], t["kdev"], t["kgraph"], t["launch"], link[ti]):
-            if not 0.0 <= dur < _INF:  # one comparison per kernel: a negative or infinite duration
+            if not 0.0 <= dur < MAX_CALL_US:  # one comparison per kernel: negative, infinite or impossible
                 if dur < 0:
                     negative += 1
+                elif dur < _INF:
+                    impossible += 1
                 else:
                     infinite += 1
                 dur = 0.0  # counted in Profile.anomalies, left out of the shares
@@ -677,6 +692,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     _mark("aggregate")
     builder.note(NEGATIVE_DURATION, negative)
     builder.note(NON_FINITE_DURATION, infinite)
+    builder.note(IMPOSSIBLE_DURATION, impossible)
     _infer_loops(tables, link, when, refs, builder)
     if bad_sigs:
         builder.warnings.append(f"{bad_sigs} launching ops had unreadable argument records (shapes skipped)")

@@ -6,13 +6,18 @@ consumer (the schema check, ``json.dumps`` of a recipe ``config``, the report) w
 gigabytes. :class:`BoundedLoader` measures the document *as a tree* right after composing it
 (before any Python object is built) and refuses it past ``MAX_NODES`` nodes; a recursive alias is
 refused outright. Ordinary aliases (``yaml.safe_dump`` writes them for shared sub-objects) still load.
+
+A key written twice in one mapping is an error too: PyYAML would keep the last one silently, so a
+second ``kernel:`` further down a recipe could replace the one a reviewer read. (Keys brought in by
+a ``<<`` merge may still be overridden, as YAML defines.)
 """
 from __future__ import annotations
 
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_NODES = 100_000  # a real card has a few hundred nodes, an artifact a few thousand
 
@@ -67,8 +72,31 @@ def _children(node: Node) -> list[Node]:
     return []
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that checks the composed document's expanded size before constructing it."""
+    """SafeLoader that checks the composed document's expanded size before constructing it,
+    and refuses a mapping that writes the same key twice."""
+
+    def construct_mapping(self, node: Node, deep: bool = False):  # type: ignore[override]
+        # Checked on the keys as written, before flatten_mapping folds `<<` merges in (a merged
+        # key that the mapping then overrides is YAML's intent, not a duplicate).
+        if isinstance(node, MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:
+                    continue  # an unhashable key: the base constructor reports it
+                if first is not key_node:
+                    line = first.start_mark.line + 1 if first.start_mark else "?"
+                    raise ConstructorError(None, None, f"duplicate key {key!r} (first written at line {line}; "
+                                           "YAML would silently keep only the last)", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
     def compose_document(self) -> Node:  # type: ignore[override]
         node = super().compose_document()

@@ -1,7 +1,7 @@
 """Loading skill cards and fact cards (YAML front matter + markdown body) into typed models."""
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -12,7 +12,7 @@ import yaml
 
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
-from skillrun.kb.paths import schema_path
+from skillrun.kb.paths import load_schema
 from skillrun.regular_files import read_regular
 
 # Real cards are under 60 KiB; a card far past that is a mistake or an attack, not knowledge.
@@ -34,14 +34,33 @@ def split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
         raise SkillRunError(f"bad YAML at {where}: {problem}", path=str(path)) from None
     if not isinstance(data, dict):
         raise SkillRunError("front matter is not a YAML mapping", path=str(path))
+    bad = first_nonfinite(data)
+    if bad is not None:
+        # `.nan` compares false with everything (a `min_pct_gpu: .nan` never matches, a NaN
+        # tolerance never fails) and `.inf` makes any bound vacuous: neither is knowledge.
+        raise SkillRunError("a non-finite number (.nan/.inf) is not allowed in a card", path=str(path), field=bad)
     return data, m.group(2)
+
+
+def first_nonfinite(data: Any, where: str = "") -> str | None:
+    """The dotted field of the first NaN or infinite float in ``data`` (iterative: depth is not a risk)."""
+    stack: list[tuple[Any, str]] = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return at or "(top level)"
+        if isinstance(value, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((v, f"{at}.{i}" if at else str(i)) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 @lru_cache(maxsize=8)
 def _validator(name: str):
     import jsonschema
 
-    return jsonschema.Draft202012Validator(json.loads(schema_path(name).read_text()))
+    return jsonschema.Draft202012Validator(load_schema(name))
 
 
 def schema_errors(name: str, data: dict[str, Any], path: Path) -> list[SkillRunError]:

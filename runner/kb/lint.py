@@ -9,6 +9,7 @@ from skillrun.kb import expr
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import check_regex, compile_card_regex
+from skillrun.kb.tolerance import lint_tolerance
 from skillrun.kb.tunable import lint_tunable
 from skillrun.models import DEVICE_KEYS, SHAPE_KEYS
 from skillrun.names import MAX_NAME_LEN
@@ -90,6 +91,7 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
     why = check_module(refs["problem"])
     if why:
         _err(errors, card, "references.problem", why)
+    errors += lint_tolerance(str(card.path), card.tolerance, refs["problem"])
     for field_name, ref in [("references.oracle", refs["oracle"])] + [(f"references.baseline.{k}", v) for k, v in refs["baseline"].items()] + [
         (f"references.alternatives.{i}", a["kernel"]) for i, a in enumerate(refs.get("alternatives", []))
     ]:

@@ -50,5 +50,39 @@ def kb_root() -> Path:
     raise SkillRunError("no knowledge base found; pass --kb PATH or set SKILLRUN_KB", exit_code=2)
 
 
+def _engine_kb() -> Path | None:
+    """The knowledge base that ships with this package (the checkout, else the installed data)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "schemas").is_dir():
+        return checkout
+    spec = importlib.util.find_spec("skillrun_kb")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(loc) / "schemas").is_dir():
+            return Path(loc)
+    return None
+
+
 def schema_path(name: str) -> Path:
-    return kb_root() / "schemas" / f"{name}.schema.json"
+    """The JSON Schema ``name`` as shipped with the engine, never the one in ``--kb``.
+
+    The schemas are the rules cards and artifacts are judged by; a knowledge base is untrusted
+    input, and its own ``schemas/`` could loosen them (``true``), hang the checker (a backtracking
+    ``pattern``), or point elsewhere (a ``file://`` ``$ref``, a symlink to ``/dev/zero``).
+    """
+    root = _engine_kb()
+    if root is None:
+        raise SkillRunError("the package's schemas/ folder is missing (a broken install?)", exit_code=5)
+    return root / "schemas" / f"{name}.schema.json"
+
+
+MAX_SCHEMA_BYTES = 1 << 20  # ours are under 20 KiB
+
+
+def load_schema(name: str) -> dict:
+    """The parsed engine schema ``name`` (a regular file, size-capped)."""
+    import json
+
+    from skillrun.regular_files import read_regular
+
+    path = schema_path(name)
+    return json.loads(read_regular(path, MAX_SCHEMA_BYTES, "schema"))

@@ -7,7 +7,6 @@ and linked into place, and never overwritten.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import lru_cache
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from skillrun.errors import InputError, SkillRunError
-from skillrun.kb.paths import kb_root, schema_path
+from skillrun.kb.paths import kb_root, load_schema
 
 FOLDER = "_tuning"
 
@@ -26,7 +25,7 @@ FOLDER = "_tuning"
 def _validator():
     import jsonschema
 
-    return jsonschema.Draft202012Validator(json.loads(schema_path("tuning").read_text()))
+    return jsonschema.Draft202012Validator(load_schema("tuning"))
 
 
 def validate_tuning(record: dict[str, Any], where: str = "<tuning artifact>") -> None:

@@ -43,6 +43,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    from skillrun import lifeline
+
+    lifeline.die_with_parent()  # a lane must not outlive the tuning session that started it
     out = sys.stdout
     sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol stream
     for line in sys.stdin:

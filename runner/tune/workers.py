@@ -25,6 +25,7 @@ import threading
 from typing import Any, Callable
 
 from skillrun.errors import UnavailableError, UsageError
+from skillrun import lifeline
 from skillrun.execute.isolate import child_env, describe_exit, run_task
 from skillrun.tune.lane import MARK, run_job
 
@@ -107,7 +108,14 @@ class _Lane:
         self.err_path: str | None = None
 
     def start(self) -> None:
-        fd, self.err_path = tempfile.mkstemp(prefix=f"skillrun-lane{self.index}-", suffix=".err")
+        # Named for this process: the next session removes the file if this one is killed.
+        lifeline.sweep_stale("lane")
+        if self.err_path:  # a restarted lane: the dead one's log is not needed any more
+            try:
+                os.unlink(self.err_path)
+            except OSError:
+                pass
+        fd, self.err_path = tempfile.mkstemp(prefix=f"skillrun-lane-{os.getpid()}-{self.index}-", suffix=".err")
         env = child_env(pin_env(self.kind, self.device))
         self.proc = subprocess.Popen([sys.executable, "-m", "skillrun.tune.lane"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=fd, env=env, text=True, start_new_session=True)
