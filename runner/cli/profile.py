@@ -45,7 +45,7 @@ def profile_cmd(
 ):
     """Run a workload under a profiler without editing it, then rank and match its hot kernels."""
     from skillrun.api import analyze
-    from skillrun.profile_run import DEFAULT_OUT, profile_workload
+    from skillrun.profiling.run import DEFAULT_OUT, profile_workload
 
     target = out_path or Path(DEFAULT_OUT[tool.value])
     # Under --json our stdout must stay pure JSON, so the workload prints to stderr instead.
