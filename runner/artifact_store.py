@@ -48,12 +48,15 @@ def stamp(created: str) -> str:
 def kb_relative(path: str | Path, root: Path | None = None) -> str:
     """A path as it should be written in a record: relative to the knowledge-base root.
 
-    A path that lies under ``root`` (default: the knowledge base in use), relative paths read from
-    the working folder, becomes relative to it; another absolute path from another checkout is cut
-    back to its first knowledge-base folder; anything else is returned as written.
+    Absolute paths under ``root`` (default: the knowledge base in use) become relative to it;
+    absolute paths from another checkout are cut back to their first knowledge-base folder; anything
+    else, a relative path included (records hold KB-relative paths), is returned as written. A writer
+    holding a path relative to the working folder resolves it first (:func:`machine_path_in_kb`).
     """
     text = str(path)
     p = Path(text)
+    if not p.is_absolute():
+        return PurePosixPath(p.as_posix()).as_posix()
     if root is None:
         try:
             from skillrun.kb.paths import kb_root
@@ -66,13 +69,17 @@ def kb_relative(path: str | Path, root: Path | None = None) -> str:
             return p.resolve().relative_to(Path(root).resolve()).as_posix()
         except (ValueError, OSError):
             pass
-    if not p.is_absolute():
-        return PurePosixPath(p.as_posix()).as_posix()
     parts = p.parts
     for i, part in enumerate(parts):
         if part in KB_FOLDERS and i + 1 < len(parts):
             return PurePosixPath(*parts[i:]).as_posix()
     return text
+
+
+def machine_path_in_kb(path: str | Path, root: Path | None = None) -> str:
+    """A path on this machine (relative ones read from the working folder, as `--kb ./kb` gives
+    them) as a record writes it: :func:`kb_relative` of the absolute path."""
+    return kb_relative(Path(path).absolute(), root)
 
 
 def record_folder(folder: Path) -> Path:

@@ -3,6 +3,7 @@ numbering, no symlinked folder, bounded reading, knowledge-base-relative paths."
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -85,11 +86,14 @@ def test_paths_are_written_relative_to_the_knowledge_base(tmp_path, monkeypatch)
     kb = tmp_path / "kb"
     (kb / "skills" / "x").mkdir(parents=True)
     assert store.kb_relative(kb / "skills" / "x" / "SKILL.md", kb) == "skills/x/SKILL.md"
-    monkeypatch.chdir(tmp_path)
-    # A relative path read from the working folder (e.g. --kb ./kb) is still written KB-relative.
-    assert store.kb_relative("kb/skills/x/SKILL.md", kb) == "skills/x/SKILL.md"
-    assert store.kb_relative("trace.json", kb) == "trace.json"
     assert store.kb_relative("/other/checkout/validation/c/a.yaml", kb) == "validation/c/a.yaml"
+    monkeypatch.chdir(kb / "skills")
+    # A path a record already holds is KB-relative: it stays as written wherever the runner runs.
+    assert store.kb_relative("skills/x/SKILL.md", kb) == "skills/x/SKILL.md"
+    monkeypatch.chdir(tmp_path)
+    # A path on this machine given relative to the working folder (e.g. --kb ./kb) is resolved first.
+    assert store.machine_path_in_kb("kb/skills/x/SKILL.md", Path("kb")) == "skills/x/SKILL.md"
+    assert store.machine_path_in_kb("kb/skills/x/SKILL.md", kb) == "skills/x/SKILL.md"
 
 
 def test_slug_and_stamp():

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillrun.artifact_store import kb_relative, slug, stamp, write_new
+from skillrun.artifact_store import machine_path_in_kb, slug, stamp, write_new
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.paths import kb_root
 from skillrun.redact import scrub
@@ -36,7 +36,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         routed = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_b]
         routable = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_a]
         card = index.skill(it["card"])
-        entry = cards.setdefault(card.id, {"id": card.id, "revision": card_revision(card.path), "path": kb_relative(card.path),
+        entry = cards.setdefault(card.id, {"id": card.id, "revision": card_revision(card.path), "path": machine_path_in_kb(card.path),
                                            "sha256": file_sha256(card.path), "items": []})
         row = {"recipe": it["recipe"], "untuned": it["untuned"], "kernel": it["kernel_ref"], "backend": it["backend"],
                "config": it["config"], "shape": it["shape"], "route": it["route"], "pct_gpu": it["pct_gpu"],
@@ -88,7 +88,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         "created": utc_now(),
         "command": command_line or "skill-run e2e -- " + " ".join(cmd),
         "workload": {"command": list(cmd), "cwd": os.getcwd()},
-        "plan": {"source": kb_relative(plan_source) if plan_source else None, "arch": plan.arch},
+        "plan": {"source": machine_path_in_kb(plan_source) if plan_source else None, "arch": plan.arch},
         "card_ids": [c["id"] for c in covered] or [c["id"] for c in cards.values()],
         "cards": covered or list(cards.values()),
         "skipped_items": spec.skipped,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skillrun.artifact_store import kb_relative
+from skillrun.artifact_store import machine_path_in_kb
 from skillrun.errors import SkillRunError, UnavailableError
 from skillrun.execute.backends import Backend, make_backend
 from skillrun.kb import tunable as T
@@ -70,7 +70,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
     if start_from:
         from skillrun.tune.prune import kept_configs
 
-        configs, space_from = kept_configs(start_from, card, start_name, shape), kb_relative(Path(start_from), index.root)
+        configs, space_from = kept_configs(start_from, card, start_name, shape), machine_path_in_kb(start_from, index.root)
         pruned = []
     ctx = task_context(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
                warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
@@ -143,7 +143,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
 
         path = reserve_path(rec, validation_root)  # the proposal cites this path
         try:
-            prop = P.propose(index, card, rec, kb_relative(path, index.root), facts, target)
+            prop = P.propose(index, card, rec, machine_path_in_kb(path, index.root), facts, target)
             diff = P.unified_diff(card, prop)
             rec["proposal"] = {"recipe_name": prop.recipe_name, "diff": diff, "applied": False}
             if apply:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from skillrun.artifact_store import kb_relative
+from skillrun.artifact_store import machine_path_in_kb
 from skillrun.errors import SkillRunError, UsageError
 from skillrun.execute.backends import Backend
 from skillrun.kb import tunable as T
@@ -95,7 +95,7 @@ def base_record(kind: str, card: SkillCard, shape: dict[str, int], be: Backend, 
                 command: str) -> dict[str, Any]:
     return {
         "schema_version": 1, "kind": kind, "created": utc_now(), "command": command,
-        "card": {"id": card.id, "revision": card_revision(card.path), "path": kb_relative(card.path, card.path.parents[2]), "sha256": file_sha256(card.path)},
+        "card": {"id": card.id, "revision": card_revision(card.path), "path": machine_path_in_kb(card.path, card.path.parents[2]), "sha256": file_sha256(card.path)},
         "runner": runner_info(), "device": be.facts.artifact(), "software": software_info(), "shape": dict(shape),
         "recipe": {**recipe, "kernel_source_sha256": _sha(recipe["kernel"])},
     }
