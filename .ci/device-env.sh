@@ -25,5 +25,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 export SKILLRUN_KB="$_root"
+# DeepGEMM, where benchmarks/device_deepgemm_build.sh built it on this machine (the card's `deepgemm`
+# reference; without it that reference is recorded `unavailable`).
+if [ -f "${DEEPGEMM_PREFIX:-/tmp/deepgemm}/env.sh" ]; then source "${DEEPGEMM_PREFIX:-/tmp/deepgemm}/env.sh"; fi
 export PYTHONUNBUFFERED=1
 set +e

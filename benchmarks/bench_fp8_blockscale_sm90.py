@@ -11,7 +11,9 @@ block-scale work. Columns: TFLOP/s, % of the 1979 TF fp8 dense peak, speedups, a
 
 Timing: every slot is captured in a CUDA graph of R back-to-back calls that rotate over input sets
 whose total size is over the 60 MB L2 (so calls read from HBM, as in a model); slots are replayed
-interleaved, the order reversed every round; the median over rounds of (replay time / R) is reported.
+interleaved by the runner's timing engine (``skillrun.execute.timing`` through ``sm90_timing.engine_times``:
+each round held on the device until it is queued, slot positions balanced); the median over rounds of
+(replay time / R) is reported.
 
 ``--sweep`` first times a grid of port configs per shape (compile variants are built in parallel
 worker processes) and uses the fastest oracle-correct one; every config's result is kept in the
@@ -60,6 +62,27 @@ def _imports():
     from skillrun_kernels.fp8_blockscale_gemm import problem, references, triton_sm90
 
     return problem, references, triton_sm90
+
+
+KREF = "skillrun_kernels.fp8_blockscale_gemm"
+
+
+def guarded(sd: dict, variants: dict[str, tuple[str, dict | None]], args) -> dict[str, dict]:
+    """The launch watchdog (skillrun.execute.watchdog) over this shape's kernel variants, one
+    child process for all: name -> {status, error} for each variant that must not be launched here
+    (it hung, crashed or raised in its probe); a variant not in the answer may run. Off with
+    --watchdog-s 0."""
+    if not args.watchdog_s or not variants:
+        return {}
+    from skillrun.execute.watchdog import probe_kernels
+
+    slots = [{"slot": n, "ref": ref, "config": cfg or {}} for n, (ref, cfg) in variants.items()]
+    t0 = time.time()
+    probes = probe_kernels(slots, problem=f"{KREF}.problem", shape=sd, device=DEV, deadline_s=args.watchdog_s)
+    bad = {p.slot: {"status": p.status, "error": f"launch watchdog: {p.reason}"[:600]} for p in probes if p.status != "ok"}
+    print(f"[watchdog {sd['M']}x{sd['N']}x{sd['K']}] {len(probes)} variants probed in {time.time() - t0:.1f}s; "
+          + ("; ".join(f"{n} {w['status']}: {w['error'][:160]}" for n, w in bad.items()) or "all returned"), flush=True)
+    return bad
 
 
 def _gluon():
@@ -305,6 +328,14 @@ class GraphSlot:
         self.graph.replay()
         torch.cuda.synchronize()
 
+    def launch(self) -> None:
+        """One timed unit: the captured replay (or the same R calls eagerly)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            for i in range(self.R):
+                self.calls[i % len(self.calls)]()
+
     def time_ms(self) -> float:
         if DEV == "cpu":
             t = time.perf_counter()
@@ -353,24 +384,26 @@ CLOCKS: Clocks | None = None
 
 
 def interleaved(slots: dict[str, GraphSlot], rounds: int, clocks: dict[str, list] | None = None) -> dict[str, list[float]]:
-    names = list(slots)
-    res: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for n in order:
-            res[n].append(slots[n].time_ms())
-            if clocks is not None and CLOCKS is not None:
-                c = CLOCKS.read()
-                if c:
-                    clocks.setdefault(n, []).append(c)
-    return res
+    """Milliseconds per call for every slot, from the runner's timing engine (skillrun.execute.timing:
+    each round held on the device until queued, positions balanced); a slot's sample is one replay of
+    its R calls, divided by R."""
+    import sm90_timing as tm
+
+    tm.DRY_RUN_CPU = DEV == "cpu"
+    t = tm.engine_times({n: s.launch for n, s in slots.items()}, rounds, warmup=1)
+    if clocks is not None:
+        # One SM clock reading per round (NVML, after the round); power is no longer sampled.
+        per_round = [(c, float("nan")) for c in t["round_info"]["clock_mhz"] if c]
+        for n in slots:
+            clocks[n] = per_round
+    return {n: [ms / slots[n].R for ms in v] for n, v in t["samples"].items()}
 
 
 def isolated(slot: GraphSlot, reps: int = 3) -> float:
     """The sweep's way: a short burst after the GPU sat idle (boost clocks, no power cap yet)."""
     sync()
     time.sleep(0.05)
-    return statistics.median(slot.time_ms() for _ in range(reps))
+    return statistics.median(interleaved({"x": slot}, reps)["x"])
 
 
 def kernel_names(fn: Callable[[], Any]) -> list[str]:
@@ -505,9 +538,17 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
         builders["gluon"] = lambda: gs.build(sd, args.gluon_config, DEV)
     if hasattr(refs, "build_mslk_groupwise"):  # added by the references work; absent in older trees
         builders["mslk_groupwise"] = lambda: refs.build_mslk_groupwise(sd, None, DEV)
+    if hasattr(refs, "build_deepgemm") and DEV == "cuda":  # built on the device (device_deepgemm_build.sh)
+        builders["deepgemm"] = lambda: refs.build_deepgemm(sd, None, DEV)
     slots: dict[str, GraphSlot] = {}
+    blocked = guarded(sd, {"port": (f"{KREF}.triton_sm90:build", chosen),
+                           **({"gluon": (f"{KREF}.gluon_sm90:build", args.gluon_config)} if "gluon" in builders else {})}, args)
     for name, mk in builders.items():
         info: dict[str, Any] = {}
+        why = blocked.get("port" if name == "port_repeat" else name)
+        if why:  # never launched in this process: a hung launch would take every other slot down
+            row["slots"][name] = dict(why)
+            continue
         try:
             kl = mk()
             preps = [kl.prepare(x) for x in sets]
@@ -532,8 +573,8 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             if getattr(slots[name], "capture_error", None):
                 info["capture_error"] = slots[name].capture_error
         except Exception as exc:
-            unsupported = type(exc).__name__ == "UnsupportedShape"
-            info["status"] = "unsupported" if unsupported else "error"
+            kind = type(exc).__name__
+            info["status"] = {"UnsupportedShape": "unsupported", "ReferenceUnavailable": "unavailable"}.get(kind, "error")
             info["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
         row["slots"][name] = info
     if M > 256:  # tensor-core ceiling without block scales (different numerics: reference only)
@@ -559,12 +600,12 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
             info["power_w_median"] = statistics.median(c[1] for c in clk[name])
         info.setdefault("status", "ok")
     p = row["slots"].get("port", {})
-    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling", "mslk_groupwise"):
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "bf16_cublas", "fp8_tensorwise_ceiling", "mslk_groupwise", "deepgemm"):
         b = row["slots"].get(base, {})
         if "ms" in p and "ms" in b:
             row[f"speedup_vs_{base}"] = b["ms"] / p["ms"]
     gl_slot = row["slots"].get("gluon", {})
-    for base in ("cublas_blockwise", "cublas_blockwise_padded", "port", "mslk_groupwise", "fp8_tensorwise_ceiling"):
+    for base in ("cublas_blockwise", "cublas_blockwise_padded", "port", "mslk_groupwise", "deepgemm", "fp8_tensorwise_ceiling"):
         b = row["slots"].get(base, {})
         if "ms" in gl_slot and "ms" in b:
             row[f"gluon_speedup_vs_{base}"] = b["ms"] / gl_slot["ms"]
@@ -592,8 +633,12 @@ def gluon_ablations(gs, sd: dict, sets: list, ref: torch.Tensor, args) -> dict:
     nset = len(sets)
     out: dict[str, Any] = {}
     slots: dict[str, GraphSlot] = {}
+    blocked = guarded(sd, {name: (f"{KREF}.gluon_sm90:build", knobs) for name, knobs in gs.ABLATIONS.items()}, args)
     for name, knobs in gs.ABLATIONS.items():
         info: dict[str, Any] = {"config": knobs}
+        if name in blocked:
+            out[name] = {**info, **blocked[name]}
+            continue
         try:
             kl = gs.build(sd, knobs, DEV)
             preps = [kl.prepare(x) for x in sets]
@@ -695,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gluon-ablations", action="store_true", help="time every gluon_sm90.ABLATIONS variant (M > 256)")
     ap.add_argument("--ablation-rounds", type=int, default=9)
     ap.add_argument("--no-gluon", action="store_true", help="leave the Gluon kernel out")
+    ap.add_argument("--watchdog-s", type=float, default=60.0,
+                    help="probe each shape's port variants in a child first; one that does not return in this many "
+                         "seconds (compile included) is recorded as timeout and not run here (0: off)")
     args = ap.parse_args(argv)
     args.gluon_config = json.loads(args.gluon_config) if args.gluon_config else None
     t0 = time.time()

@@ -149,12 +149,30 @@ def sweep_candidates(shape: dict, builder, configs: list[dict], key_of, flush: t
                 rows[key]["rejected"] = "parity"
         except Exception as exc:
             rows[key] = {"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    if not fns:  # nothing to time: say why instead of timing an empty set
+        return {"shape": shape, "candidates": rows, "best": None, "best_config": None,
+                "no_candidate": no_candidate_reason(configs, rows)}
     times = tm.time_interleaved(fns, reps=reps, warmup=1, flush=flush)
     for key, ts in times.items():
         rows[key]["graph_ms"] = tm.median(ts)
         rows[key]["spread_pct"] = tm.spread_pct(ts)
     best = min(times, key=lambda k: tm.median(times[k])) if times else None
     return {"shape": shape, "candidates": rows, "best": best, "best_config": rows[best]["config"] if best else None}
+
+
+def no_candidate_reason(configs: list[dict], rows: dict) -> str:
+    """Why a sweep has nothing to time: no configs at all, or each one raised or failed the oracle."""
+    if not configs:
+        return "no candidate config for this shape"
+    errors = [r["error"] for r in rows.values() if "error" in r]
+    failed = [r for r in rows.values() if r.get("rejected") == "parity"]
+    parts = []
+    if errors:
+        parts.append(f"{len(errors)} raised (first: {errors[0][:160]})")
+    if failed:
+        p = failed[0].get("parity") or {}
+        parts.append(f"{len(failed)} failed the oracle (first: rel_fro {p.get('rel_fro')}, finite {p.get('finite')})")
+    return f"none of {len(configs)} candidate configs survived: " + "; ".join(parts)
 
 
 def acc_variants(shape: dict, cfg: dict | None) -> dict[str, dict]:
@@ -328,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         sw = sweep_splitk(shape, flush, args.sweep_reps, args.splitk_sweep)
         result.setdefault("splitk_sweep", []).append(sw)
         chosen_splitk[f"{shape['M']},{shape['N']},{shape['K']}"] = sw["best_config"]
-        print(f"split-K M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: best {sw['best']}", flush=True)
+        print(f"split-K M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: "
+              + (f"best {sw['best']}" if sw["best"] else f"no split-K config to use ({sw['no_candidate']})"), flush=True)
         tm.save_json(args.out, result)
     if args.sweep:
         tm.timed_precompile(result, lambda: precompile(shapes, args.jobs))

@@ -176,6 +176,22 @@ MSLK_REFS = {"mslk_bf16i4_shuffled_grouped": "build_mslk_bf16i4_shuffled_grouped
              "mslk_bf16_grouped_stacked": "build_mslk_bf16_grouped_stacked"}
 
 
+def card_tiles(shape: dict) -> dict | None:
+    """At a group the port's measured table is not keyed by (128) and at decode, the group-32 tiles
+    where they are valid at this group: what the card's recipes select there (its decode recipes add int4_cvt
+    magic: the port_magic row). None keeps the port's own pick (measured table or regime default)."""
+    t, d, i, e, k, g = problem.dims(shape)
+    cfg, tuned = port.pick_config(t, k, e, i, g)
+    if tuned or g == port.TUNED_GROUP or port.regime(port.rows_per_expert(t, k, e)) != "decode":
+        return None  # the card selects the group-32 tiles at other groups only at decode
+    cfg, tuned = port.pick_config(t, k, e, i, port.TUNED_GROUP)
+    try:
+        port.check_config(cfg, d, i, g)
+    except ValueError:
+        return None
+    return cfg if tuned else None
+
+
 def lever_variants(cfg: dict) -> dict[str, dict]:
     """The port with the decode levers (triton_sm90 docstring) on, same tiles otherwise: ablation rows."""
     return {"port_magic": {**cfg, "int4_cvt": "magic"}, "port_splitk4": {**cfg, "split_k1": 4},
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - t0 > args.budget_s:
             print("budget reached; table stopped", flush=True)
             break
-        cfg = nearest_config(chosen, shape)
+        cfg = nearest_config(chosen, shape) or card_tiles(shape)
         try:
             rows.append(table_shape(shape, cfg, flush, args.reps, with_loop=shape["tokens"] <= args.loop_max_tokens,
                                     copy_tbps=copy_tbps))

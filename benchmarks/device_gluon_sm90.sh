@@ -1,11 +1,13 @@
 #!/bin/bash
 # The Gluon block-scale kernel (kernels/fp8_blockscale_gemm/gluon_sm90.py) on the lent H200, first time
 # on a GPU. Stages (STAGES, default all, in this order; each has its own time limit, 590 s in all):
-#   smoke   one small ragged shape and M=1 through the benchmark (90 s): compiles every variant on the
-#           device and checks parity. If the Gluon slot fails or hangs here, later stages leave it out
-#           (a hang in a warp-specialized kernel is a synchronisation bug: read smoke.log first).
+#   smoke   one small ragged shape and M=1 through the benchmark (120 s): compiles every variant on the
+#           device and checks parity. Every variant is first probed by the launch watchdog
+#           (skillrun.execute.watchdog, --watchdog-s): one that hangs is recorded `timeout` in the JSON
+#           and the run goes on. Later stages leave Gluon out only if the *design point* fails parity,
+#           hangs or is missing: an ablation twin's failure never drops it (read its entry instead).
 #   tests   pytest -m gpu on tests/test_fp8_blockscale_gluon.py (parity on the card's shapes incl. M=1,
-#           K=768, odd K; every ablation twin) (150 s). Needs pytest:
+#           K=768, odd K; every ablation twin) (120 s). Needs pytest:
 #           carry its wheels in .whl/ if the image lacks it (see .ci/device-env.sh).
 #   bench   benchmarks/bench_fp8_blockscale_sm90.py on all 17 shapes, Gluon + Triton port + cuBLAS
 #           (unpadded and padded) + bf16 + MSLK groupwise where mslk imports, with the Gluon ablations
@@ -35,18 +37,29 @@ run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPES
 for s in $STAGES; do
   case $s in
   smoke)
-    run timeout 90 python3 benchmarks/bench_fp8_blockscale_sm90.py --shapes 1000x2112x768,1x2112x7168 --rounds 3 \
-      --gluon-ablations --ablation-rounds 3 --out "$OUT/gluon_smoke.json"
+    run timeout 120 python3 benchmarks/bench_fp8_blockscale_sm90.py --shapes 1000x2112x768,1x2112x7168 --rounds 3 \
+      --gluon-ablations --ablation-rounds 3 --watchdog-s 30 --out "$OUT/gluon_smoke.json"
     rc=$?
-    ok=$(python3 -c "import json,sys; s=json.load(open('$OUT/gluon_smoke.json')).get('summary',{}); print(int(bool(s.get('gluon_parity_all_ok'))))" 2>/dev/null)
-    if [ "$rc" != 0 ] || [ "$ok" != 1 ]; then
-      echo "SMOKE FAILED (rc=$rc, gluon parity ok=$ok): later stages run without the Gluon kernel" | tee -a "$LOG"
+    # The design point's own parity on every smoke shape decides; the twins' entries are evidence only.
+    ok=$(python3 -c "
+import json
+rows = [r for r in json.load(open('$OUT/gluon_smoke.json')).get('table', []) if 'slots' in r]
+print(int(len(rows) >= 1 and all(r['slots'].get('gluon', {}).get('parity_ok') for r in rows)))" 2>/dev/null)
+    python3 -c "
+import json
+for r in json.load(open('$OUT/gluon_smoke.json')).get('table', []):
+    for n, i in (r.get('gluon_ablations') or {}).items():
+        if i.get('status') not in (None, 'ok'): print('twin', n, 'at', r['shape'], i['status'], i.get('error', '')[:300])" 2>/dev/null | tee -a "$LOG"
+    if [ "$ok" != 1 ]; then
+      echo "SMOKE FAILED (rc=$rc, Gluon design point parity ok on every smoke shape that ran=$ok): later stages run without the Gluon kernel" | tee -a "$LOG"
       NO_GLUON="--no-gluon"
+    elif [ "$rc" != 0 ]; then
+      echo "smoke exited rc=$rc, but the Gluon design point passed parity on every smoke shape that ran: Gluon stays in" | tee -a "$LOG"
     fi ;;
   tests)
     if python3 -c "import pytest" 2>/dev/null; then
       if [ -z "$NO_GLUON" ]; then
-        run timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/test_fp8_blockscale_gluon.py \
+        run timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/test_fp8_blockscale_gluon.py \
           --junitxml "$OUT/gluon_gpu_tests.xml"
       fi
     else

@@ -1,8 +1,9 @@
 """Shared timing and parity helpers for the sm_90 benchmark scripts in this folder.
 
-Protocol (facts/measurement_method.md): all candidates of one shape are timed in the same process,
-interleaved round by round (the order rotates each round), with the L2 flushed before every timed
-call and the device idle when the start event is recorded; we report medians. Two views:
+Protocol (facts/measurement_method.md): all candidates of one shape are timed in the same process by
+the runner's timing engine (skillrun.execute.timing): interleaved, positions balanced, each round
+held on the device until it is queued (no interval starts on an idle GPU), the L2 flushed before
+every timed call; we report medians. Two views:
 
 - ``eager``: each call as a user's Python would issue it (launch and host overhead included);
 - ``graph``: the call captured once in a CUDA graph and replayed (device time, launch gaps gone).
@@ -91,6 +92,19 @@ def capture_graph(fn: Callable[[], Any]) -> CapturedGraph:
     return CapturedGraph(graph, fn)
 
 
+def engine_times(fns: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2, flush: L2Flush | None = None,
+                 budget_s: float | None = None) -> dict[str, Any]:
+    """The runner's timing engine (skillrun.execute.timing.time_slots) for the benchmarks: the same
+    held rounds, balanced positions and raw samples as every validation artifact, so a bench and the
+    runner cannot disagree through their loops. A dry run uses the host clock."""
+    from skillrun.execute import timing
+
+    timer = timing.WallTimer() if DRY_RUN_CPU else timing.EventTimer()
+    between = flush if flush is not None and not DRY_RUN_CPU else None
+    return timing.time_slots(fns, rounds=min(rounds, 2) if DRY_RUN_CPU else rounds, warmup=warmup, timer=timer,
+                             between=between, max_seconds=budget_s)
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], Any]],
     reps: int = 20,
@@ -98,37 +112,8 @@ def time_interleaved(
     flush: L2Flush | None = None,
     budget_s: float | None = None,
 ) -> dict[str, list[float]]:
-    """Milliseconds per call for every candidate, interleaved; stops early past ``budget_s``."""
-    names = list(fns)
-    if DRY_RUN_CPU:
-        out: dict[str, list[float]] = {n: [] for n in names}
-        for _ in range(min(reps, 2)):
-            for n in names:
-                t = time.perf_counter()
-                fns[n]()
-                out[n].append(1e3 * (time.perf_counter() - t))
-        return out
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
-    torch.cuda.synchronize()
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {n: [] for n in names}
-    t0 = time.perf_counter()
-    for r in range(reps):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            if flush is not None:
-                flush()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[name]()
-            end.record()
-            events[name].append((start, end))
-        if budget_s is not None and time.perf_counter() - t0 > budget_s and r >= 2:
-            break
-    torch.cuda.synchronize()
-    return {n: [s.elapsed_time(e) for s, e in events[n]] for n in names}
+    """Milliseconds per call for every candidate (kept samples of :func:`engine_times`)."""
+    return engine_times(fns, reps, warmup, flush, budget_s)["samples"]
 
 
 def median(xs: list[float]) -> float:

@@ -14,6 +14,9 @@ kernel:
   :class:`UnsupportedShape` with MSLK's own text (status ``unsupported``). Errors that leave the
   device broken (illegal address, device-side assert) are re-raised as they are: they are faults.
 
+and one refusal of ours: a shape an op would run but not compute right (the int4 ops at a group size
+their CUTLASS kernel cannot serve, :func:`require_int4_group`) -> UnsupportedShape before any run.
+
 Op schemas used here are those of MSLK v1.1.0 (csrc/gemm/gemm_ops.cpp), the wheel the H200 gets.
 """
 from __future__ import annotations
@@ -88,6 +91,26 @@ def backend_name() -> str:
 
 def _shape_text(shape: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in shape.items())
+
+
+# CUTLASS's sm_90 mixed-input (bf16 x int4) GEMM reads one scale per K tile of 64 (MSLK's tile
+# K for these ops) or one for the whole K, so it can serve a group size that is a multiple of 64 or
+# equal to K. Its ``can_implement`` would refuse other sizes only when host problem shapes are
+# passed, and MSLK 1.1.0's grouped op passes none: at group 32 it runs and applies the wrong scales
+# (measured on the H200 at b3bfb7f: bf16i4bf16_shuffled_grouped failed the fp32 oracle on every
+# shape). So the refusal is ours, made before anything runs.
+INT4_K_TILE = 64
+
+
+def require_int4_group(name: str, shape: dict, group: int, ks: dict[str, int]) -> None:
+    """UnsupportedShape unless ``group`` is a multiple of 64 or equals K, for every GEMM's K in ``ks``."""
+    bad = {what: k for what, k in ks.items() if group % INT4_K_TILE and group != k}
+    if bad:
+        where = ", ".join(f"{what} K={k}" for what, k in bad.items())
+        raise UnsupportedShape(
+            f"torch.ops.mslk.{name} cannot serve {_shape_text(shape)}: its CUTLASS sm_90 mixed-input GEMM takes a "
+            f"group size that is a multiple of {INT4_K_TILE} or equals K, and group {group} is neither for {where}; "
+            f"MSLK does not refuse it itself (it would run with wrong scales), so it is not run")
 
 
 def guarded(name: str, shape: dict, fn: Callable[[], Any]) -> Any:

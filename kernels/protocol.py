@@ -64,8 +64,11 @@ class KernelLaunch:
 #     plan_key(shape: dict) -> tuple                    # which planned shape a call's shape uses
 #     PY_TARGETS: dict[str, wrapper]                    # optional: "module:attr" -> wrap(original, route)
 #
-# ``route(target, call)`` (given by the engine to a PY_TARGETS wrapper) returns (True, value)
-# when it ran the port and (False, None) when the original must run.
+# ``route(target, call, run_original)`` (given by the engine to a PY_TARGETS wrapper) returns
+# (True, value) when it ran the call (the port in the routed arm; ``run_original()``, a thunk
+# running the wrapped original, in the as-is arm) and (False, None) when the original must run.
+# Passing ``run_original`` lets the as-is arm run it with the calls it makes inside not counted
+# as routable again (the routed arm never makes them), and check its output against the oracle.
 
 
 @dataclass

@@ -90,6 +90,14 @@ def hot_kernels(profile: Profile, top: int | None = 20) -> dict[str, Any]:
     return _hot(profile, top)
 
 
+def compare_profiles(a: Profile, b: Profile) -> dict[str, Any]:
+    """Trace B against trace A per (kernel, launching op, shape, dtype): time, calls and rate in
+    each, their deltas, and the rows that appeared or disappeared (`skill-run kernels A B`)."""
+    from skillrun.trace_diff import compare
+
+    return compare(a, b)
+
+
 def doctor(flydsl_timeout_s: float = 120.0) -> dict[str, Any]:
     """What this machine can do: device, library versions, FlyDSL compile targets, references."""
     from skillrun.doctor import diagnose

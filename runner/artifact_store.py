@@ -95,8 +95,30 @@ def _numbered(name: str, n: int) -> str:
     return name if n == 0 else name.replace(".yaml", f"_{n}.yaml")
 
 
+class _FlowList(list):
+    """A long list of scalars (raw timing samples): one line in the YAML, not one line per value."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _flow(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _flow(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) > 8 and all(x is None or isinstance(x, (int, float, bool)) for x in obj):
+            return _FlowList(obj)
+        return [_flow(v) for v in obj]
+    return obj
+
+
 def dump(record: dict[str, Any]) -> str:
-    return yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
+    """A record's text: block style, except long scalar lists (samples), which stay on one line."""
+    return yaml.dump(_flow(record), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110)
 
 
 def write_new(folder: Path, name: str, record: dict[str, Any]) -> Path:

@@ -7,6 +7,7 @@ exactly one criterion is reported as a near miss, so a reader sees why a card di
 """
 from __future__ import annotations
 
+from skillrun.coverage import coverage
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import RegexRejected, compile_card_regex
@@ -110,7 +111,7 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     dtypes = {oc.dtype for oc in k.ops if oc.dtype}
     card_dt = set(m.get("dtypes", []))
     if not dtypes:
-        crit.append(Criterion(name="dtype", passed=True, required=False, reason="dtype not recoverable from the trace; not checked"))
+        crit.append(Criterion(name="dtype", passed=None, required=False, reason="dtype not recoverable from the trace; not checked"))
     elif "*" in card_dt or dtypes & card_dt:
         crit.append(Criterion(name="dtype", passed=True, reason=f"inputs {', '.join(sorted(dtypes))}; card takes {', '.join(sorted(card_dt))}"))
     else:
@@ -120,7 +121,7 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     classes = set().union(*[_op_classes(oc.op) for oc in k.ops]) if k.ops else set()
     card_ops = set(m.get("operator", []))
     if not classes:
-        crit.append(Criterion(name="operator", passed=True, required=False, reason="launching op unknown; not checked"))
+        crit.append(Criterion(name="operator", passed=None, required=False, reason="launching op unknown; not checked"))
     else:
         ok = bool(classes & card_ops)
         crit.append(Criterion(name="operator", passed=ok, reason=f"launched by {', '.join(sorted({oc.op for oc in k.ops}))} ({', '.join(sorted(classes))}); card is for {', '.join(sorted(card_ops))}"))
@@ -130,12 +131,12 @@ def match_kernel(card: SkillCard, k: KernelStat, arch: str | None) -> Match:
     regimes = {regime_of(oc.shape, decode_max) for oc in k.ops} - {None}
     card_reg = set(m.get("regimes", []))
     if not regimes:
-        crit.append(Criterion(name="regime", passed=True, required=False, reason="no shape recovered; regime not checked"))
+        crit.append(Criterion(name="regime", passed=None, required=False, reason="no shape recovered; regime not checked"))
     else:
         ok = bool(regimes & card_reg)
         crit.append(Criterion(name="regime", passed=ok, reason=f"{', '.join(sorted(regimes))} (decode means M ≤ {decode_max}); card covers {', '.join(sorted(card_reg))}"))
 
-    failed = [c for c in crit if c.required and not c.passed]
+    failed = [c for c in crit if c.required and c.passed is False]
     matched = not failed
     near = len(failed) == 1 and (failed[0].name != "identity" or op_near is not None)
     return Match(skill_id=card.id, kernel=k.name, pct_gpu=k.pct_gpu, matched=matched, near_miss=(not matched) and near, criteria=crit)
@@ -151,6 +152,7 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
     missing = [k.name for k in kernels if k.demangled is None]
     dem = demangle_many(missing) if missing else {}
     report = MatchReport(profile=profile.source, arch=profile.arch, card_problems=card_problems(index))
+    unmatched: list = []  # (kernel, its result against every card) for the coverage report
     for k in kernels:
         if k.demangled is None and dem.get(k.name, k.name) != k.name:
             k = k.model_copy(update={"demangled": dem[k.name]})
@@ -160,8 +162,10 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
             report.communication.append(k.name)
             continue
         touched = False
+        results = []
         for card in index.skills.values():
             res = match_kernel(card, k, profile.arch)
+            results.append(res)
             if res.matched:
                 report.matches.append(res)
                 touched = True
@@ -169,4 +173,6 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
                 report.near_misses.append(res)
         if not touched:
             report.unmatched_hot.append(k.name)
+            unmatched.append((k, results))
+    report.coverage = coverage(profile, index, unmatched, _op_classes)
     return report

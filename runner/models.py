@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # inferred_loop: a run of identical-shape launches of one op (a per-batch loop) gave `batch` = run length.
 ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved", "inferred_loop"]
@@ -77,6 +77,11 @@ class KernelStat(_Model):
     unattributed_us: float = 0.0  # device time of calls we could not link to a shape
     grid: Optional[list[int]] = None
     block: Optional[list[int]] = None
+    median_us: Optional[float] = None  # of one call (None: the format gives no per-call times)
+    std_us: Optional[float] = None  # sample standard deviation of one call's duration
+    # What the trace says about how it was launched (first call seen): registers_per_thread,
+    # shared_mem_bytes, vgprs, agprs, sgprs, lds_bytes, scratch_bytes, local_mem_per_thread …
+    launch: dict[str, int] = Field(default_factory=dict)
 
 
 class GraphReplay(_Model):
@@ -84,6 +89,15 @@ class GraphReplay(_Model):
     launches: int = 0  # cudaGraphLaunch / hipGraphLaunch calls seen
     kernel_calls: int = 0  # kernel executions attributed to graph replay
     total_us: float = 0.0
+
+
+class GraphCapture(_Model):
+    """A trace of a CUDA/HIP graph *capture*: launches between …StreamBeginCapture and …EndCapture
+    build a graph and execute nothing, so such a trace says little about kernel time."""
+
+    detected: bool = False
+    captures: int = 0  # stream-capture begin calls
+    captured_launches: int = 0  # kernel launches recorded inside a capture
 
 
 class DeviceTime(_Model):
@@ -108,6 +122,7 @@ class Profile(_Model):
     kernel_calls: int = 0
     kernels: list[KernelStat] = Field(default_factory=list)  # ranked, hottest first
     graph_replay: GraphReplay = Field(default_factory=GraphReplay)
+    graph_capture: GraphCapture = Field(default_factory=GraphCapture)
     unattributed_us: float = 0.0  # kernel time whose shape could not be recovered
     linked_calls: int = 0  # kernel calls linked to an op with shapes
     device_time: list[DeviceTime] = Field(default_factory=list)  # per device, by index
@@ -120,9 +135,17 @@ class Profile(_Model):
 
 class Criterion(_Model):
     name: str  # regex | min_pct_gpu | gen | dtype | operator | regime | op
-    passed: bool
+    # None: the trace does not carry what this criterion reads (no dtype, no launching op, no
+    # shape), so it was not checked; shown as neither passed nor failed and never held against a card.
+    passed: Optional[bool]
     reason: str
     required: bool = True
+    status: Optional[Literal["passed", "failed", "not_checked"]] = None  # derived from passed, for readers of the JSON
+
+    @model_validator(mode="after")
+    def _derive_status(self) -> "Criterion":
+        self.status = "not_checked" if self.passed is None else ("passed" if self.passed else "failed")
+        return self
 
 
 class Match(_Model):
@@ -142,6 +165,38 @@ class CardProblem(_Model):
     reason: str
 
 
+class FamilyCoverage(_Model):
+    """GPU time of one kernel family (operator class or category, with dtype) and whether a card covers it."""
+
+    family: str  # dense_gemm | scaled_quant_gemm | batched_gemm | grouped_gemm | moe | gemm (op unknown) | attention | …
+    dtype: Optional[str] = None  # None: the trace does not say
+    arch: Optional[str] = None
+    pct_gpu: float = 0.0
+    kernels: int = 0
+    # covered: a card takes this family, dtype and arch; unknown: a GEMM whose launching op is not in
+    # the trace; not_offered: collectives
+    status: Literal["covered", "not_covered", "not_offered", "unknown"] = "not_covered"
+    cards: list[str] = Field(default_factory=list)  # the covering cards, or the nearest one when not covered
+    note: Optional[str] = None
+
+
+class NearestCard(_Model):
+    """An unmatched hot kernel, the card that came closest, and the criteria that card failed."""
+
+    kernel: str
+    demangled: Optional[str] = None
+    pct_gpu: float
+    category: KernelCategory = "other"
+    card: Optional[str] = None  # None: no card is for this kernel's family (failed says so)
+    failed: list[str] = Field(default_factory=list)  # "criterion: reason"
+
+
+class Coverage(_Model):
+    families: list[FamilyCoverage] = Field(default_factory=list)  # hottest first
+    nearest: list[NearestCard] = Field(default_factory=list)  # unmatched hot kernels, hottest first
+    kb_families: list[str] = Field(default_factory=list)  # what each card of the knowledge base covers
+
+
 class MatchReport(_Model):
     profile: str
     arch: Optional[str]
@@ -150,6 +205,7 @@ class MatchReport(_Model):
     near_misses: list[Match] = Field(default_factory=list)
     unmatched_hot: list[str] = Field(default_factory=list)  # hot kernels no card touched
     communication: list[str] = Field(default_factory=list)  # collectives: shown, never offered to cards
+    coverage: Optional[Coverage] = None  # what the trace's time is and which of it the cards cover
 
 
 class PlanItem(_Model):
@@ -193,3 +249,4 @@ class Plan(_Model):
     projected_gain_pct: Optional[float] = None
     projected_gain_all_pct: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)
+    coverage: Optional[Coverage] = None  # the match report's coverage, so every plan says what it leaves out

@@ -69,7 +69,9 @@ def _cxxfilt() -> str | None:
 
 
 def demangle_many(names: list[str]) -> dict[str, str]:
-    """Demangle Itanium names (in-process, else with c++filt in one call); names that are not
+    """Demangle Itanium names: in-process first, then every name the in-process demangler rejected
+    (an older libstdc++ does not know ``DF16b``, the bf16 type of aiter/ck_tile kernels) through
+    ``c++filt``, one subprocess for all of them, each name mapped on its own. Names that are not
     mangled, or that no demangler accepts, map to themselves."""
     out = {n: n for n in names}
     mangled = [n for n in names if n.startswith("_Z")]
@@ -82,16 +84,22 @@ def demangle_many(names: list[str]) -> dict[str, str]:
             out[n] = d
         else:
             left.append(n)
-    tool = _cxxfilt() if left and _libcxx_demangle() is None else None
+    # One name per line: a "name" with whitespace in it is not a symbol and would shift the lines.
+    left = [n for n in left if len(n) <= _MAX_DEMANGLE_INPUT and not any(c.isspace() for c in n)]
+    tool = _cxxfilt() if left else None
     if tool is None:
         return out
+    feed = [n[:-3] if n.endswith(".kd") else n for n in left]
     try:
-        res = subprocess.run([tool], input="\n".join(left) + "\n", capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
+        res = subprocess.run([tool], input="\n".join(feed) + "\n", capture_output=True, text=True, timeout=20,
+                             errors="replace")
+    except (OSError, subprocess.TimeoutExpired, ValueError):
         return out
     lines = res.stdout.splitlines()
     if res.returncode == 0 and len(lines) == len(left):
-        out.update(dict(zip(left, lines)))
+        for n, f, d in zip(left, feed, lines):
+            if d and d != f:  # c++filt echoes what it cannot demangle
+                out[n] = d
     return out
 
 
@@ -109,10 +117,21 @@ def name_forms(raw: str, demangled: str | None = None) -> list[str]:
 # First hit wins, so the order matters: a collective is "communication" even if it reduces, a
 # flash-attention kernel is "attention" although it multiplies matrices.
 _CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("communication", re.compile(r"(?i)\b(?:void\s+)?(?:nccl|rccl)|nccl[A-Z_]|rccl|cross_device_reduce|custom_?all_?reduce"
-                                 r"|all_?gather|reduce_?scatter|all_?to_?all|allreduce")),
+    # Collectives in every spelling the libraries use: NCCL/RCCL, vLLM/SGLang custom all-reduce,
+    # torch symmetric memory (``symm_mem::multimem_all_reduce_``), NVSHMEM, DeepEP, MSCCL(++), quick
+    # reduce. ``all_reduce`` needs a non-letter before it so ``small_reduce`` stays a reduction.
+    ("communication", re.compile(r"(?i)\b(?:void\s+)?(?:nccl|rccl)|nccl[A-Z_]|rccl|msccl|cross_device_reduce"
+                                 r"|custom_?all_?reduce|(?<![a-z])all_?reduce|(?<![a-z])all_?gather|reduce_?scatter"
+                                 r"|(?<![a-z])all_?to_?all|multimem|symm_?mem|symmetric_memory|nvshmem|deep_?ep"
+                                 r"|quick_?reduce|one_?shot_?all|two_?shot_?all|allreduce|allgather|c10d::"
+                                 r"|(?-i:AllReduce|AllGather|ReduceScatter|AllToAll)")),
     ("memcpy", re.compile(r"(?i)memcpy|memset|__amd_rocclr_(?:copy|fill)|copybuffer|fillbuffer|\bcopy_?d2d|\bmemcopy")),
     ("attention", re.compile(r"(?i)attn|attention|flash_?fwd|flash_?bwd|flash::|fmha|\bmha_|sdpa|paged_?att|mla_|unified_attention")),
+    # MoE expert GEMMs and grouped GEMMs (aiter ``fmoe_bf16_…_silu``, FlyDSL ``mfma_moe1_bs_fp8``,
+    # vLLM/SGLang ``fused_moe_kernel``, CK ``ck_moe_stage1``) multiply matrices, whatever activation
+    # they fuse; the routing helpers (``moe_align_block_size``, ``moe_sum``, top-k) do not match here.
+    ("gemm", re.compile(r"(?i)fmoe_|fused_moe|moe_?gemm|mfma_moe|moe_?[12]_|moe_stage|moe_mlp|grouped_?(?:gemm|mm)"
+                        r"|group_?gemm|\bgmm_|_gmm\b")),
     ("gemm", re.compile(r"(?i)gemm|\bcijk_|nvjet|cutlass|xmma|wgmma|matmul|\bmm_|_mm\b|_mm_|cublas|hipblas|deep_gemm|tensorop"
                         r"|implicit_gemm|fprop|dgrad|wgrad|conv2d|convolution|splitk|_bmm|\bbmm")),
     ("reduction", re.compile(r"(?i)reduce|reduction|softmax|norm(?:alization)?_|layer_?norm|rms_?norm|_norm\b|topk|argmax|argmin"
@@ -123,7 +142,8 @@ _CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
 _OP_CATEGORY = [
     ("gemm", re.compile(r"(?i)aten::(?:_scaled_)?(?:mm|addmm|bmm|baddbmm|linear|matmul|_grouped_mm|_scaled_grouped_mm|convolution|conv)")),
     ("attention", re.compile(r"(?i)attention|sdpa|flash")),
-    ("communication", re.compile(r"(?i)c10d::|nccl|all_reduce|allreduce|all_gather|reduce_scatter")),
+    ("communication", re.compile(r"(?i)c10d::|_c10d_functional|symm_mem::|nccl|all_reduce|allreduce|all_gather"
+                                 r"|reduce_scatter|all_to_all|multimem")),
     ("memcpy", re.compile(r"(?i)aten::(?:copy_|to|_to_copy|zero_|fill_)\b")),
     ("reduction", re.compile(r"(?i)aten::(?:sum|mean|softmax|_softmax|layer_norm|native_layer_norm|rms_norm|max|argmax|topk|norm)\b")),
 ]

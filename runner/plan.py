@@ -153,7 +153,7 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
     the user's ``--shape`` then supplies the problem, with provenance ``user``.
     """
     device = next((d.name for d in profile.devices if d.name), None)
-    plan = Plan(profile=profile.source, arch=profile.arch, device=device)
+    plan = Plan(profile=profile.source, arch=profile.arch, device=device, coverage=report.coverage)
     ev_kw = {"evidence": evidence, "device": device}
     by_name = {k.name: k for k in profile.kernels}
     total = profile.total_kernel_us or 1.0
@@ -280,8 +280,9 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
 
 
 def plan_lines(plan: Plan) -> list[str]:
+    """The plan as rich-markup lines, ending with the coverage (also when nothing was planned)."""
     if not plan.items:
-        return []
+        return _coverage_markup(plan)
     lines = [PLAN_HEADER]
     for i, it in enumerate(plan.items, 1):
         lines += item_lines(i, it)
@@ -293,4 +294,14 @@ def plan_lines(plan: Plan) -> list[str]:
     todo = [it for it in plan.items if it.next_command]
     if todo:
         lines.append(f"{len(todo)} item(s) without a measurement: run the [bold]next:[/] command of each")
-    return lines
+    return lines + _coverage_markup(plan)
+
+
+def _coverage_markup(plan: Plan) -> list[str]:
+    from rich.markup import escape
+
+    from skillrun.coverage import coverage_lines
+    from skillrun.termtext import plain
+
+    lines = coverage_lines(plan.coverage)
+    return [f"[bold]{escape(plain(ln))}[/]" if i == 0 else escape(plain(ln)) for i, ln in enumerate(lines)]

@@ -62,9 +62,17 @@ def _git(*args: str, cwd: Path | None = None) -> str | None:
 
 
 def runner_info() -> dict[str, Any]:
-    rev = _git("rev-parse", "HEAD") or os.environ.get("SKILLRUN_GIT_REVISION") or "unknown"
+    """The commit the code came from. A device copy of the tree can carry an older ``.git`` under a
+    newer working tree (seen on the lent H200: HEAD b3bfb7f, "dirty", for a run of a later commit),
+    so ``SKILLRUN_GIT_REVISION``, set by whoever shipped the tree, wins; what git said is kept beside it."""
+    head = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    return {"version": __version__, "git_revision": rev, "dirty": dirty}
+    env = os.environ.get("SKILLRUN_GIT_REVISION")
+    out: dict[str, Any] = {"version": __version__, "git_revision": env or head or "unknown", "dirty": dirty}
+    if env and head and not head.startswith(env) and not env.startswith(head):
+        out["git_head_seen"] = head
+        out["dirty"] = False  # relative to a HEAD that is not the stated commit: meaningless
+    return out
 
 
 def card_revision(card_path: Path) -> str:

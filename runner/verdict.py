@@ -13,6 +13,9 @@ Rules a reviewer can rely on:
 * the headline reference (the one ``speedup`` and ``timing.versus`` refer to) is the first timed
   oracle-correct reference in the order baseline, production alternatives, other alternatives; when
   none is oracle-correct it is the first timed one in that order, and the text says it fails;
+* a production kernel that is faster than the port but fails the oracle is named as such in words
+  ("the faster kernel is the production X ..., and it fails the oracle while the port passes"),
+  whichever reference leads the text;
 * a reference that could not run says why: ``unavailable`` (its library is not importable),
   ``unsupported`` (it raised for this shape) or ``error``.
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SPEEDS = ("faster", "slower", "within_noise", "not_timed")
-REF_STATUSES = ("ok", "unavailable", "unsupported", "error")
+REF_STATUSES = ("ok", "unavailable", "unsupported", "error", "timeout", "crashed")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class RefOutcome:
     name: str
     role: str = "alternative"  # baseline | alternative
     production: bool = False
-    status: str = "ok"  # ok | unavailable | unsupported | error
+    status: str = "ok"  # ok | unavailable | unsupported | error | timeout | crashed (the launch watchdog)
     parity_passed: bool | None = None
     median_ms: float | None = None
     # False when its slot failed the integrity check or its time is below the physical floor:
@@ -66,6 +69,9 @@ class Decision:
     speeds: dict[str, RefSpeed] = field(default_factory=dict)
     primary: str | None = None  # the reference `speedup` is against
     speedup: float | None = None
+    # The fastest timed, comparable, oracle-correct production reference (what a user would run
+    # instead of the port), named whether or not it is the headline reference.
+    fastest_production: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "verdict_text": self.text, "primary": self.primary, "speedup": self.speedup,
@@ -108,7 +114,8 @@ def _fails(ref: RefOutcome) -> bool:
 
 
 def _why_not_run(ref: RefOutcome, tag: str = "") -> str:
-    what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run"}.get(ref.status, ref.status)
+    what = {"unavailable": "unavailable", "unsupported": "unsupported for this shape", "error": "failed to run",
+            "timeout": "timed out (its launch did not return: deadlock?)", "crashed": "crashed"}.get(ref.status, ref.status)
     err = (ref.error or "").strip().splitlines()[0] if ref.error else ""
     for prefix in ("unavailable: ", "ReferenceUnavailable: ", "unsupported shape: "):
         err = err[len(prefix):] if err.startswith(prefix) else err
@@ -149,6 +156,19 @@ def _others(refs: list[RefOutcome], speeds: dict[str, RefSpeed], primary: str | 
         else:
             word = {"faster": "faster", "slower": "slower", "within_noise": "within noise"}[sp.speed]
             out.append(f"vs {r.name}{tag} {sp.speedup:.3g}x ({word})" + (", which fails the oracle" if _fails(r) else ""))
+    return out
+
+
+def _faster_but_failing(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> list[str]:
+    """A clause per production kernel that beats the port on time but fails the oracle: the case a
+    reader must not take for a loss of the port (e.g. an fp8 kernel that never promotes its
+    accumulator over a deep K)."""
+    out = []
+    for r in refs:
+        sp = speeds[r.name]
+        if r.production and _fails(r) and sp.speed == "slower" and sp.speedup:
+            out.append(f"the faster kernel is the production {r.name} ({1 / sp.speedup:.3g}x the port's speed), "
+                       "and it fails the oracle while the port passes")
     return out
 
 
@@ -216,10 +236,21 @@ def decide(port: PortOutcome, refs: list[RefOutcome], noise_pct: float | None, *
             head += f", and {primary.name} fails the oracle" + (" (the port is the only oracle-correct kernel)" if only_correct else "")
         else:
             head += f", and {primary.name} fails the oracle"
-    others = _others(refs, speeds, primary.name)
+    others = _faster_but_failing(refs, speeds) + _others(refs, speeds, primary.name)
     text = head + ("; " + "; ".join(others) if others else "")
+    best = fastest_production(refs, speeds)
+    if best is not None:
+        text += f"; fastest oracle-correct production kernel: {best.name} (port {speeds[best.name].speedup:.3g}x vs it)"
+    name = best.name if best is not None else None
     if not gpu:
         return Decision("cpu_numerics_passed", f"port passes the oracle; host timing{f' ({timer})' if timer else ''}, "
-                        f"not GPU evidence: {text}", speeds, primary.name, sp.speedup)
+                        f"not GPU evidence: {text}", speeds, primary.name, sp.speedup, name)
     verdict = {"faster": "validated", "slower": "slower", "within_noise": "within_noise"}[sp.speed]
-    return Decision(verdict, text, speeds, primary.name, sp.speedup)
+    return Decision(verdict, text, speeds, primary.name, sp.speedup, name)
+
+
+def fastest_production(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> RefOutcome | None:
+    """The production reference with the lowest comparable median among those that pass the oracle."""
+    ok = [r for r in refs if r.production and r.status == "ok" and r.parity_passed is True
+          and speeds[r.name].speed != "not_timed" and r.median_ms is not None]
+    return min(ok, key=lambda r: r.median_ms) if ok else None

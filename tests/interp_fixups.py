@@ -5,8 +5,9 @@ bf16 operands work on those bit patterns as integers, (2) casts to bf16 truncate
 reinterpret (ints) instead of rounding to nearest even as the GPU does. Each would make a correct
 kernel look wrong on the CPU. We convert bf16 dot operands to fp32 (bf16 products are exact in
 fp32, as on the tensor cores), do bf16 arithmetic in fp32 rounded once to bf16 (what the GPU's
-bf16 instructions return), and round casts with torch. Kernel code stays exactly as it runs on
-the GPU.
+bf16 instructions return), and round casts with torch. Casts from fp32 to fp8 e4m3fn also round
+wrongly (no carry into the exponent when rounding up, fix (4) below): torch rounds those too.
+Kernel code stays exactly as it runs on the GPU.
 Import after setting TRITON_INTERPRET=1 and before launching any kernel.
 """
 from __future__ import annotations
@@ -50,6 +51,11 @@ def _cast(self, src, dst_type):
 def _fp_to_fp(self, src, dst_type, rounding_mode):
     if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
         return _interp.TensorHandle(_f32_to_bf16_bits(src.data), tl.bfloat16)
+    if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
+        # (4) fp32 -> e4m3fn: the interpreter's rounding adds the cut-off bit to the 3-bit mantissa
+        # without carrying into the exponent (31.84 -> 16 instead of 32); torch rounds as the GPU does.
+        t = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.float8_e4m3fn)
+        return _interp.TensorHandle(t.view(torch.uint8).numpy(), tl.float8e4nv)
     return _orig_fp_to_fp(self, src, dst_type, rounding_mode)
 
 

@@ -56,6 +56,10 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     assert rec["outputs"]["method"] == "saved_tensors" and rec["outputs"]["passed"] is True
     assert rec["outputs"]["compared"][0]["name"] == "y" and rec["outputs"]["compared"][0]["rel_fro"] < 0.01
     assert rec["verdict_detail"]["outputs"] == "passed" and rec["verdict"].startswith("e2e_")
+    # sampled calls of both arms (the warm-up runs) checked against the fp32 oracle: both right here
+    orc = rec["outputs"]["oracle"]
+    assert orc["fails"] == "none" and orc["as_is"]["checked"] == orc["routed"]["checked"] == 2, orc
+    assert rec["verdict_detail"]["oracle_fails"] == "none" and "both arms pass the fp32 oracle" in rec["reason"]
     assert rec["routing"]["mechanism"] == ["TorchDispatchMode on aten::_scaled_mm"]
     w = rec["measured"]["wall"]
     assert w["basis"] == "step" and len(w["a"]["runs_ms"]) == 1 and len(w["aa_pair_ms"]) == 2
@@ -94,6 +98,10 @@ def test_output_check_catches_a_port_that_changes_the_result(index):
     assert rec["routing"]["routed_calls_per_run"] == [4]
     assert rec["outputs"]["passed"] is False and rec["verdict"] == "e2e_outputs_failed"
     assert "outside rtol" in rec["outputs"]["error"]
+    orc = rec["outputs"]["oracle"]
+    assert orc["fails"] == "routed" and orc["as_is"]["passed"] is True and orc["routed"]["passed"] is False, orc
+    assert "the routed arm fails the fp32 oracle (2 of 2 sampled calls" in rec["outputs"]["error"]
+    assert rec["verdict_detail"]["oracle_fails"] == "routed"
 
 
 def test_workload_failing_in_both_arms_shows_both_exit_codes(index, tmp_path):
@@ -330,3 +338,116 @@ def test_a_user_check_command_judges_the_outputs(index):
     o = rec["outputs"]
     assert o["method"] == "command" and o["passed"] is False and o["exit_code"] == 1
     assert "differ: max abs" in o["output_tail"] and rec["verdict"] == "e2e_outputs_failed"
+
+
+def _rowwise_items(shape, kernel_ref="skillrun_kernels.fp8_rowwise_batched_gemm.references:build_oracle"):
+    return [{"id": "i0", "card": "c", "recipe": "r", "route": "skillrun_kernels.fp8_rowwise_batched_gemm.route",
+             "problem": "skillrun_kernels.fp8_rowwise_batched_gemm.problem", "shape": shape, "kernel_ref": kernel_ref,
+             "config": {}, "tolerance": {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999}}]
+
+
+def test_the_as_is_arm_does_not_count_the_calls_inside_a_python_target_it_would_route(monkeypatch):
+    """Issue 24: the row-wise e2e record said 12 routed calls vs 108 routable, because arm A counted
+    the per-batch _scaled_mm calls inside the loop it would route as a whole (arm B never makes them)."""
+    from skillrun_kernels.fp8_rowwise_batched_gemm import problem, references
+
+    monkeypatch.setattr(references, "_cuda_sm", lambda device: (9, 0))  # the loop reference, on the CPU
+    original = references.build_scaled_mm_loop
+    shape = {"batch": 2, "M": 16, "N": 32, "K": 64}  # the per-batch calls (M=16, N=32, K=64) match the plan key too
+    x = problem.make_inputs(shape, 0, "cpu")
+    seen = {}
+    for arm in ("A", "B"):
+        monkeypatch.setattr(references, "build_scaled_mm_loop", original)
+        ctl = child.Controller({"items": _rowwise_items(shape)}, arm, "", "", oracle=1)
+        ctl.load_routes()
+        ctl.patch_python_targets()
+        launch = references.build_scaled_mm_loop(shape, {}, "cpu")
+        out = problem.output_like(shape, "cpu")
+        with child._make_mode(ctl, ctl.aten_watch()):
+            launch.run(launch.prepare(x), out)
+        ref = problem.oracle(x)
+        assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
+        seen[arm] = (dict(ctl.item_calls), dict(ctl.passed), dict(ctl.unplanned_shapes), ctl.oracle_checks)
+    assert seen["A"][:3] == seen["B"][:3] == ({"i0": 1}, {}, {})
+    for arm in ("A", "B"):
+        (row,) = seen[arm][3]
+        assert row["passed"] is True and row["item"] == "i0" and row["shape"] == "batch=2,M=16,N=32,K=64", row
+
+
+def _scaled_mm_call(route_mod, m=4):
+    g = torch.Generator().manual_seed(1)
+    a = (torch.randn(m, 64, generator=g) * 10).to(torch.float8_e4m3fn)
+    w = (torch.randn(32, 64, generator=g) * 10).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, 32, generator=g) + 0.5
+    args = {"self": a, "mat2": w.t(), "scale_a": sa, "scale_b": sb, "out_dtype": torch.bfloat16}
+    return route_mod.problem_call("aten::_scaled_mm", args), (a, w, sa, sb)
+
+
+def test_oracle_samples_say_which_arm_is_right_and_the_output_verdict_follows():
+    from skillrun.e2e.arms import ArmRun
+    from skillrun.e2e.outputs import judge_with_oracle, oracle_check
+    from skillrun_kernels.fp8_rowwise_batched_gemm import route
+
+    name, op = "skillrun_kernels.fp8_rowwise_batched_gemm.route", "aten::_scaled_mm"
+    items = _rowwise_items({"batch": 1, "M": 4, "N": 32, "K": 64})
+    # arm A: an original that is wrong (what an fp8 kernel without accumulator promotion looks like)
+    a = child.Controller({"items": items}, "A", "", "", oracle=2)
+    a.load_routes()
+    for _ in range(3):  # three calls, two sampled
+        call, _ops = _scaled_mm_call(route)
+        routed, value = a.route(name, op, call, lambda: torch.ones(4, 32, dtype=torch.bfloat16))
+        assert routed and value.shape == (4, 32)
+    assert a.item_calls == {"i0": 3} and [r["call"] for r in a.oracle_checks] == [1, 2]
+    assert all(r["passed"] is False for r in a.oracle_checks), a.oracle_checks
+    # arm B: the port (here the family's oracle builder) is right
+    b = child.Controller({"items": items}, "B", "", "", oracle=2)
+    b.load_routes()
+    call, (x, w, sa, sb) = _scaled_mm_call(route)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # a workload's TF32 setting: the oracle ignores it, and it is kept
+    try:
+        routed, value = b.route(name, op, call, None)
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    want = (x.float() @ w.float().t()) * sa * sb
+    assert routed and float((value.float() - want).norm() / want.norm()) < 1e-2
+    assert [r["passed"] for r in b.oracle_checks] == [True]
+
+    def run(arm, ctl):
+        return ArmRun(arm=arm, label=f"warmup-{arm}", folder=Path("."), rc=0, wall_s=0.0, status=ctl.status())
+
+    orc = oracle_check(run("A", a), run("B", b), 2)
+    assert orc["fails"] == "as_is" and orc["as_is"]["checked"] == 2 and orc["routed"]["passed"] is True
+    assert orc["text"].startswith("the as-is arm fails the fp32 oracle (2 of 2 sampled calls; first: batch=1,M=4,N=32,K=64")
+    assert orc["text"].endswith("the routed arm passes it")
+    # saved tensors differ because the as-is arm is wrong: the routed arm passes, and the note says why
+    res = judge_with_oracle({"method": "saved_tensors", "passed": False, "error": "y: 12 elements outside rtol"}, orc)
+    assert res["passed"] is True and res["judged_by"] == "oracle" and "error" not in res
+    assert res["note"].startswith("the arms' outputs differ because the as-is arm fails the fp32 oracle")
+    assert "the routed arm is the right one (saved tensors: y: 12 elements outside rtol)" in res["note"]
+    # the other way round: a routed arm that fails the oracle fails, even when the saved tensors agree
+    flipped = oracle_check(run("A", b), run("B", a), 2)
+    assert flipped["fails"] == "routed"
+    res = judge_with_oracle({"method": "saved_tensors", "passed": True}, flipped)
+    assert res["passed"] is False and res["error"].startswith("the routed arm fails the fp32 oracle")
+    # both right and nothing saved: the sampled calls decide
+    both = oracle_check(run("A", b), run("B", b), 2)
+    res = judge_with_oracle({"method": "none", "passed": None, "note": "no outputs"}, both)
+    assert both["fails"] == "none" and res["method"] == "oracle" and res["passed"] is True
+    # no sampled call in one arm: said, and nothing is decided by it
+    none = oracle_check(run("A", child.Controller({"items": items}, "A", "", "")), run("B", b), 2)
+    assert none["fails"] == "not_checked" and "no oracle check for the as-is arm" in none["text"]
+    assert judge_with_oracle({"method": "saved_tensors", "passed": False}, none)["passed"] is False
+
+
+def test_a_call_count_mismatch_is_explained_per_item_and_by_reason():
+    from skillrun.e2e.record import count_mismatch_note
+
+    items = [{"id": "i0", "card": "c", "shape": {"M": 4}}, {"id": "i1", "card": "d", "shape": {"M": 8}}]
+    a = {"item_calls": {"i0": 108, "i1": 3}, "passed": [{"op": "aten::_scaled_mm", "reason": "shape not in the plan", "calls": 5}]}
+    b = {"item_calls": {"i0": 12, "i1": 3}, "passed": [{"op": "aten::_scaled_mm", "reason": "shape not in the plan", "calls": 2}]}
+    note = count_mismatch_note([111], [15], a, b, items)
+    assert "the routed arm routed [15] call(s) per run, the as-is arm would have routed [111]" in note
+    assert "c M=4: as-is 108, routed 12" in note and "d M=8" not in note
+    assert "aten::_scaled_mm 'shape not in the plan': as-is 5, routed 2" in note

@@ -170,6 +170,40 @@ def test_design_point_compiles_without_spills_and_overlaps_promote_with_wgmma():
     # the estimate the host validation uses is within 1 KB of what the compiler allocated
     assert f["fits_smem"] and abs(f["shared_bytes"] - f["shared_estimate"]) < 1024
     assert f["sass_utmaldg"] == 3 and f["sass_utmastg"] == 2  # A, B, A-scale loads; one C store per consumer
+    assert f["loop_barrier_ops"] > 0 and f["loop_invariant_barrier_ops"] == []
+
+
+def test_no_promote_twin_releases_the_slot_of_each_block_not_the_tiles_first():
+    """The H200 hang of the no_promote twin (async depth 1): its slot release inside the K loop
+    indexed the barrier with a value the frontend did not carry through the loop (gluon_sm90._prev_slot),
+    so every arrive of a tile hit the tile's first slot. Static check on the compiled TTGIR."""
+    f = _compile(g.ABLATIONS["no_promote"])
+    assert f["loop_barrier_ops"] >= 6, f  # per consumer: the ready wait and the release in the K loop (+ producer)
+    assert f["loop_invariant_barrier_ops"] == []
+
+
+def test_the_ring_index_check_flags_a_barrier_indexed_from_outside_its_loop():
+    ttgir = """
+      %r:2 = scf.for %tile = %a to %b step %c iter_args(%slot = %z, %phase = %z) -> (i32, i32)  : i32 {
+        %acc:3 = scf.for %kb = %a to %L step %c iter_args(%slot_1 = %slot, %phase_2 = %phase, %x = %cst) -> (i32, i32, f32)  : i32 {
+          %9 = ttg.memdesc_index %ready[%slot_1] : x
+          ttng.wait_barrier %9, %phase_2, %true : x
+          %10 = ttg.memdesc_index %empty[%slot] : x
+          ttng.arrive_barrier %10, 1, %true : x
+          %n = arith.addi %slot_1, %c : i32
+          %11 = ttg.memdesc_index %empty[%n] : x
+          ttng.arrive_barrier %11, 1, %true : x
+          scf.yield %n, %phase_2, %x : i32, i32, f32
+        } loc(#l1)
+        %12 = ttg.memdesc_index %empty[%slot] : x
+        ttng.arrive_barrier %12, 1, %true : x
+        scf.yield %acc#0, %acc#1 : i32, i32
+      } loc(#l2)
+    """
+    f = g.ring_index_facts(ttgir)
+    assert f["loop_barrier_ops"] == 4  # the ready wait, the two arrives in the K loop, the tile-loop arrive
+    assert len(f["loop_invariant_barrier_ops"]) == 1 and "%slot," in f["loop_invariant_barrier_ops"][0] + ","
+    assert "line 7" in f["loop_invariant_barrier_ops"][0]
 
 
 @pytest.mark.slow
@@ -178,6 +212,7 @@ def test_ablation_variants_compile_without_spills(name):
     f = _compile(g.ABLATIONS[name])
     assert f["spill_store_bytes"] == 0 and f["sass_local_ld_st"] == 0, f
     assert f["ptxas_wgmma_serialized"] == [] and f["fits_smem"]
+    assert f["loop_invariant_barrier_ops"] == []  # every ring barrier in a loop moves with the loop
     cfg = g.ablation_config(name)
     if not cfg.promote or cfg.async_depth == 0:
         assert f["sass_ffma_while_qgmma_pending"] == 0  # nothing to overlap (or nothing promoted)
@@ -249,3 +284,17 @@ def test_one_wrong_block_scale_is_caught_on_gpu():
     out = kl.run(kl.prepare(x), problem.output_like(sd, "cuda"))
     x["b_scale"][1, 3] *= 1.5  # the oracle now disagrees on one 128x128 block only
     assert problem.rel_error(out, problem.oracle(x)) > 3e-3, f"seed {seed}"
+
+
+def test_config_schema_sidecar_names_exactly_the_config_fields():
+    from dataclasses import fields
+
+    import jsonschema
+
+    from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90_config as side
+
+    assert set(side.CONFIG_SCHEMA["properties"]) == {f.name for f in fields(g.Config)}
+    for name, knobs in g.ABLATIONS.items():  # every twin is a config the schema accepts
+        jsonschema.validate({**g.Config().as_dict(), **knobs}, side.CONFIG_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"BN": 96}, side.CONFIG_SCHEMA)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import traces_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -200,3 +201,203 @@ def test_render_fits_the_width_it_is_given():
         c = Console(width=width, record=True, file=open(os.devnull, "w"))
         c.print(render(data, width))
         assert max(len(ln) for ln in c.export_text().splitlines()) <= width
+
+
+# ------------------------------------------------------------------------- per-shape rows (#27)
+def test_bundled_example_gets_a_row_per_shape_with_its_own_rate():
+    prof = ingest(EXAMPLE)
+    data = hot_kernels(prof, None)
+    top = data["kernels"][0]
+    shapes = [(s["shape"]["M"], s["shape"]["N"], s["shape"]["K"]) for s in top["shapes"]]
+    assert shapes == [(4096, 65536, 1536), (16384, 1536, 7168), (16384, 7168, 768), (4096, 2048, 7168)]
+    # % of GPU time per shape: the split the plan reports for the same trace.
+    assert [round(s["pct_gpu"], 1) for s in top["shapes"]] == [55.7, 21.5, 14.5, 7.4]
+    # The kernel's total is kept and the shape rows add up to it.
+    assert sum(s["total_ms"] for s in top["shapes"]) == pytest.approx(top["total_ms"], abs=1e-3)
+    assert sum(s["calls"] for s in top["shapes"]) == top["calls"]
+    k = prof.kernels[0]
+    for s, o in zip(top["shapes"], sorted(k.ops, key=lambda o: -o.total_us)):
+        flops = 2 * o.shape["M"] * o.shape["N"] * o.shape["K"] * o.calls
+        assert s["achieved"]["tflops"] == pytest.approx(flops / (o.total_us * 1e-6) / 1e12, rel=1e-3)
+        assert s["achieved"]["bound"] == "compute"  # thousands of FLOP/byte against H200's ~412 ridge
+    rates = {s["achieved"]["tflops"] for s in top["shapes"]}
+    assert len(rates) == 4 and min(rates) < top["achieved"]["tflops"] < max(rates)
+    # A decode-sized GEMM (M=64) sits below the ridge point: memory-bound.
+    small = data["kernels"][1]["achieved"]
+    assert small["bound"] == "memory" and small["flop_per_byte"] < small["ridge_flop_per_byte"]
+    assert small["ridge_flop_per_byte"] == pytest.approx(1979e12 / 4800e9, rel=1e-3)
+
+
+def test_split_kernel_prints_one_row_per_shape():
+    env = dict(os.environ, COLUMNS="160", NO_COLOR="1", TERM="dumb")
+    res = subprocess.run([sys.executable, "-m", "skillrun", "kernels", str(EXAMPLE)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    rows = [ln for ln in res.stdout.splitlines() if "↳ aten::_scaled_mm" in ln]
+    assert len(rows) == 4 and "4096×65536×1536" in rows[0] and "4096×2048×7168" in rows[3]
+    assert all("TF/s" in r and "cmp" in r for r in rows)
+
+
+def test_rate_above_the_device_peak_is_flagged_model_na_not_shown():
+    fixture = REPO / "tests" / "fixtures" / "kineto_h200_rowwise_loop.synthetic.json"
+    data = hot_kernels(ingest(fixture), None)
+    flagged = [r for r in data["kernels"] if r["achieved"].get("model_na")]
+    assert flagged, [(r["op"], r["achieved"]) for r in data["kernels"]]
+    a = flagged[0]["achieved"]
+    # The model's number is kept for the curious but never as a rate, a share of peak or a bound.
+    assert "tbps" not in a and "tflops" not in a and "pct_peak" not in a and "bound" not in a
+    assert a["model_value"] > a["peak_tbps"] and "peak" in a["reason"]
+    from skillrun.hot_table import _fmt_achieved
+
+    assert _fmt_achieved(a) == "model n/a"
+    for r in data["kernels"]:
+        for x in [r["achieved"]] + [s["achieved"] for s in r["shapes"]]:
+            assert x.get("pct_peak") is None or x["pct_peak"] <= 100.0
+
+
+# ------------------------------------------------------------------- categories, demangling (#27)
+_TRACES = traces_dir() or Path("/nonexistent")
+SGLANG = _TRACES / "pytorch_kineto" / "amd_mi300x_sglang_qwen3-8b_decode_hipgraph.tracelens.json.gz"
+needs_traces = pytest.mark.skipif(traces_dir() is None, reason="../shared/traces is not present (set SKILLRUN_TRACES)")
+
+
+@pytest.mark.parametrize("name, cat", [
+    # B200 trace: torch symmetric-memory all-reduce (19.5 % of GPU time there), kernel and op spellings.
+    ("void c10d::symmetric_memory::multimem_all_reduce_kernel<float, 4>(float*, unsigned long)", "communication"),
+    ("symm_mem::multimem_all_reduce_", "communication"),
+    ("void vllm::cross_device_reduce_1stage<__hip_bfloat16, 8>(vllm::RankData*)", "communication"),
+    ("oneShotAllReduceKernel", "communication"),
+    ("void small_reduce_kernel<float>(float*)", "reduction"),  # 'all_reduce' inside a word is not a collective
+    # MoE and grouped GEMMs, whatever activation they fuse.
+    ("_ZN5aiter48fmoe_bf16_pertokenFp8_g1u1_vs_silu_1tg_ps_32x256E", "gemm"),
+    ("mfma_moe1_bs_fp8_t64_n128", "gemm"),
+    ("fused_moe_kernel", "gemm"),
+    ("cutlass_grouped_mm_sm90_kernel", "gemm"),
+    ("ck_moe_stage1_bf16", "gemm"),
+    # MoE routing helpers are not GEMMs.
+    ("moe_align_block_size_kernel", "other"),
+    ("void vllm::moe::topkGatingSoftmax<4>(float const*)", "reduction"),
+])
+def test_collective_and_moe_categories(name, cat):
+    assert kernel_category(name) == cat
+
+
+def test_collectives_by_launching_op_are_communication():
+    assert kernel_category("some_custom_kernel_v2", None, ["symm_mem::multimem_all_reduce_"]) == "communication"
+    assert kernel_category("some_custom_kernel_v2", None, ["_c10d_functional::all_to_all_single"]) == "communication"
+
+
+@needs_traces
+def test_real_traces_keep_their_categories():
+    """The wider rules change nothing on the real traces: their top kernels keep the category they had."""
+    by = {k.name: k.category for k in ingest(SGLANG).kernels}
+    assert by["_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"] == "reduction"
+    assert sum(c == "communication" for c in by.values()) == 0
+    assert {k.category for k in ingest(SLICE).kernels if k.name.startswith("ncclDevKernel")} == {"communication"}
+
+
+@needs_traces
+@pytest.mark.skipif(not (__import__("shutil").which("c++filt") or __import__("shutil").which("llvm-cxxfilt")),
+                    reason="no c++filt on this machine")
+def test_aiter_bf16_kernel_is_demangled_by_the_cxxfilt_fallback():
+    name = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb1ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
+    data = hot_kernels(ingest(SGLANG), None)
+    row = next(r for r in data["kernels"] if r["name"] == name)
+    assert row["demangled"].startswith("void aiter::add_rmsnorm_quant_kernel<")
+    assert "256, 16, true, false, true, 1>" in row["demangled"]
+    # Per name: one unknown symbol among them does not stop the others from being demangled.
+    out = demangle_many([name, "_Zgarbage", "_ZN5aiter24add_rmsnorm_quant_kernelEv"])
+    assert out["_Zgarbage"] == "_Zgarbage" and out[name].startswith("void aiter::")
+    assert out["_ZN5aiter24add_rmsnorm_quant_kernelEv"] == "aiter::add_rmsnorm_quant_kernel()"
+
+
+# --------------------------------------------------------- totals, spread, launch facts (#27)
+H100 = SGLANG.parent / "nvidia_h100_qwen1.5-0.5b_bf16.tracelens.json.gz"
+
+
+@needs_traces
+def test_median_and_std_dev_match_the_raw_kernel_events():
+    import gzip
+    import statistics
+
+    doc = json.loads(gzip.decompress(H100.read_bytes()))
+    prof = ingest(H100)
+    data = hot_kernels(prof, 5)
+    for r in data["kernels"][:3]:
+        durs = [e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("name") == r["name"]]
+        assert len(durs) == r["calls"]
+        assert r["median_us"] == pytest.approx(statistics.median(durs), abs=1e-3)
+        assert r["std_us"] == pytest.approx(statistics.stdev(durs), abs=1e-3)
+        ev = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("name") == r["name"])
+        assert r["launch"]["registers_per_thread"] == ev["args"]["registers per thread"]
+        assert r["launch"]["shared_mem_bytes"] == ev["args"]["shared memory"]
+    # The denominator is printed: total kernel time and calls.
+    from skillrun.hot_table import breakdown_lines
+
+    total_us = sum(e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    line = breakdown_lines(data)[0]
+    assert line.startswith("GPU kernel time: ") and f"{total_us / 1e3:.3f} ms" in line
+    assert f"in {prof.kernel_calls} calls" in line
+
+
+@needs_traces
+def test_launch_facts_from_rocprofv3_kernel_symbols_and_nsys():
+    import gzip
+    import sqlite3
+
+    from skillrun.hot_table import launch_text
+
+    trace = SGLANG.parents[1] / "rocprofv3" / "amd_mi350x_rocprofv3_kernel_trace_results.json.gz"
+    doc = json.loads(gzip.decompress(trace.read_bytes()))["rocprofiler-sdk-tool"][0]
+    top = hot_kernels(ingest(trace), 1)["kernels"][0]
+    sym = next(s for s in doc["kernel_symbols"] if s.get("formatted_kernel_name") == top["name"])
+    assert top["launch"] == {"vgprs": sym["arch_vgpr_count"], "agprs": sym["accum_vgpr_count"],
+                             "sgprs": sym["sgpr_count"], "lds_bytes": sym["group_segment_size"],
+                             "scratch_bytes": sym["private_segment_size"]}
+    assert f"VGPRs {sym['arch_vgpr_count']}" in launch_text(top) and "block 256×1×1" in launch_text(top)
+
+    db = SGLANG.parents[1] / "nsys" / "nvidia_a100_cloverleaf_nsys2024.5_export.sqlite"
+    k = hot_kernels(ingest(db), 1)["kernels"][0]
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = con.execute('SELECT k."end" - k."start", k.registersPerThread, k.staticSharedMemory FROM '
+                       'CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName WHERE s.value = ?',
+                       (k["name"],)).fetchall()
+    import statistics
+
+    assert len(rows) == k["calls"] and k["median_us"] is None  # nsys SQLite: aggregated in SQL, no median
+    assert k["std_us"] == pytest.approx(statistics.stdev(r[0] / 1e3 for r in rows), abs=1e-3)
+    assert k["launch"]["registers_per_thread"] == rows[0][1]
+    assert k["launch"]["static_shared_mem_bytes"] == rows[0][2]
+
+
+@needs_traces
+def test_details_prints_launch_facts_under_each_kernel():
+    from rich.console import Console
+
+    data = hot_kernels(ingest(H100), 2)
+    c = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c.print(render(data, 200, details=True))
+    text = c.export_text()
+    r = data["kernels"][0]
+    assert f"regs/thread {r['launch']['registers_per_thread']}" in text and "grid " in text
+    c2 = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c2.print(render(data, 200))
+    assert "regs/thread" not in c2.export_text()
+
+
+@needs_traces
+def test_launch_facts_from_ncu_launch_statistics():
+    import csv
+    import io
+
+    path = _TRACES / "ncu" / "nvidia_h200_fp8_scaled_mm_ncu_details.generated.csv"
+    text = path.read_text()
+    head = next(i for i, ln in enumerate(text.splitlines()) if ln.startswith('"ID"'))
+    rows = list(csv.DictReader(io.StringIO("\n".join(text.splitlines()[head:]))))
+    data = hot_kernels(ingest(path), None)
+    for r in data["kernels"]:
+        mine = [x for x in rows if x["Kernel Name"] == r["name"]]
+        regs = next(x["Metric Value"] for x in mine if x["Metric Name"] == "Registers Per Thread")
+        dyn = next(x["Metric Value"] for x in mine if x["Metric Name"] == "Dynamic Shared Memory Per Block")
+        assert r["launch"]["registers_per_thread"] == int(regs.replace(",", ""))
+        assert r["launch"]["dynamic_shared_mem_bytes"] == int(dyn.replace(",", ""))

@@ -159,3 +159,35 @@ def test_trace_shape_that_does_not_determine_the_problem_needs_user_shape(tmp_pa
     items = [i for i in make_plan(prof, rep, index, shapes=[user]).items if i.skill_id == "toy_moe"]
     assert len(items) == 1 and items[0].shape == user and items[0].shape_provenance == "user" and items[0].recipe == "decode"
     assert items[0].pct_gpu == pytest.approx(50.0)
+
+
+def test_criteria_the_trace_cannot_answer_are_not_checked_not_ticked():
+    """A real graph-replayed trace carries no launching op, dtype or shape for its kernels: those
+    criteria are 'not checked' (passed null), neither a pass nor a fail, in the model and the JSON."""
+    from skillrun import api
+    from skillrun.ingest import ingest
+    from skillrun.match import match_kernel
+
+    from conftest import traces_dir
+
+    if traces_dir() is None:
+        pytest.skip("../shared/traces is not present (set SKILLRUN_TRACES)")
+    trace = traces_dir() / "pytorch_kineto" / "amd_mi300x_sglang_qwen3-8b_decode_hipgraph.tracelens.json.gz"
+    k = ingest(trace).kernels[0]
+    assert not k.ops
+    card = api.load_index().skill("flydsl_fp8_blockscale_gemm")
+    res = match_kernel(card, k, "gfx942")
+    by = {c.name: c for c in res.criteria}
+    for name in ("dtype", "operator", "regime"):
+        assert by[name].passed is None and by[name].status == "not_checked" and not by[name].required
+        assert "not checked" in by[name].reason
+    assert by["identity"].status == "failed" and by["min_pct_gpu"].status == "passed"
+    dumped = {c["name"]: c for c in res.model_dump(mode="json")["criteria"]}
+    assert dumped["dtype"]["passed"] is None and dumped["dtype"]["status"] == "not_checked"
+    assert dumped["min_pct_gpu"]["passed"] is True and dumped["min_pct_gpu"]["status"] == "passed"
+
+
+def test_unknown_dtype_does_not_fail_a_match(index):
+    rep = match_profile(_profile(dtype=None), index)
+    assert [m.skill_id for m in rep.matches] == ["toy_blockscale"]
+    assert next(c for c in rep.matches[0].criteria if c.name == "dtype").status == "not_checked"

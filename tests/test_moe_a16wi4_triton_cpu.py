@@ -200,7 +200,9 @@ def _card(name: str) -> dict:
 
 
 def test_card_recipes_equal_the_ports_measured_config_table():
-    """The card's recipe for each test shape is the config the port itself picks (one source of truth)."""
+    """The card's recipe for each test shape is the config the port itself picks (one source of truth),
+    plus the decode lever the card turns on (int4_cvt magic, bit-identical). Group-128 decode shapes
+    run the group-32 tiles (the port's table is keyed by group 32: its K tiles are multiples of 128)."""
     card = _card("triton_moe_a16wi4_sm90")
     recipes = {r["name"]: r for r in card["recipes"]}
     for case in card["tests"]["selects"]:
@@ -208,8 +210,24 @@ def test_card_recipes_equal_the_ports_measured_config_table():
         cfg, tuned = triton_sm90.pick_config(s["tokens"], s["topk"], s["experts"], s["inter_dim"], s["group_size"])
         if case.get("untuned"):
             assert not tuned, case
-        else:
-            assert tuned and cfg == recipes[case["recipe"]]["config"], case
+            continue
+        if s["group_size"] != triton_sm90.TUNED_GROUP:
+            assert s["group_size"] == 128 and case["recipe"].startswith("decode"), case
+            cfg, tuned = triton_sm90.pick_config(s["tokens"], s["topk"], s["experts"], s["inter_dim"], triton_sm90.TUNED_GROUP)
+            triton_sm90.check_config(cfg, s["model_dim"], s["inter_dim"], s["group_size"])
+        if triton_sm90.regime(triton_sm90.rows_per_expert(s["tokens"], s["topk"], s["experts"])) == "decode":
+            cfg = {**cfg, "int4_cvt": "magic"}
+        assert tuned and cfg == recipes[case["recipe"]]["config"], case
+
+
+def test_card_offers_no_split_k_and_runs_magic_in_every_decode_recipe():
+    """split_k1 failed the oracle on the H200 (NOTES.md, issue 24): no recipe or tunable space offers it."""
+    card = _card("triton_moe_a16wi4_sm90")
+    for r in card["recipes"]:
+        assert "split_k1" not in r.get("config", {}), r["name"]
+        assert "split_k1" not in r.get("tunable", {}).get("space", {}), r["name"]
+        if r["name"].startswith("decode"):
+            assert r["config"]["int4_cvt"] == "magic", r["name"]
 
 
 def test_regime_follows_rows_per_expert():

@@ -34,14 +34,16 @@ TOL = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999}
 RW = {"batch": 2, "M": 3, "N": 32, "K": 64}
 BS = {"M": 5, "N": 200, "K": 256}  # ragged N: two 128-row scale blocks, the last one partial
 MOE = {"tokens": 5, "model_dim": 64, "inter_dim": 32, "experts": 4, "topk": 2, "group_size": 32}
+# The int4 ops serve a group that is a multiple of 64 or the whole K (here 64 = the down GEMM's K).
+MOE_I4 = {"tokens": 5, "model_dim": 128, "inter_dim": 64, "experts": 4, "topk": 2, "group_size": 64}
 
 BUILDERS = [
     (rw_refs.build_mslk_rowwise_batched, RW),
     (rw_refs.build_mslk_rowwise_batched_pad16, RW),
     (rw_refs.build_ck_rowwise_batched, RW),
     (bs_refs.build_mslk_groupwise, BS),
-    (moe_refs.build_mslk_bf16i4_shuffled_grouped, MOE),
-    (moe_refs.build_mslk_bf16i4_rowwise_batched, MOE),
+    (moe_refs.build_mslk_bf16i4_shuffled_grouped, MOE_I4),
+    (moe_refs.build_mslk_bf16i4_rowwise_batched, MOE_I4),
     (moe_refs.build_mslk_bf16_grouped_stacked, MOE),
 ]
 
@@ -141,7 +143,7 @@ def test_the_problem_row_major_scales_handed_over_as_is_give_wrong_results(fake)
 
 
 def test_int4_operands_are_signed_nibbles_even_k_low_with_k_group_major_scales_and_zero_points(fake):
-    inputs = moe_problem.make_inputs(MOE, 7, "cpu")
+    inputs = moe_problem.make_inputs(MOE_I4, 7, "cpu")
     packed, scale, zero = moe_refs.mslk_int4_operands(inputs["w1_q"], inputs["w1_scale"])
     e, n, k = inputs["w1_q"].shape
     assert packed.dtype == torch.int8 and packed.shape == (e, n, k // 2)
@@ -149,49 +151,49 @@ def test_int4_operands_are_signed_nibbles_even_k_low_with_k_group_major_scales_a
     # MSLK's pack_int4: low = q[..., ::2] & 0xF, high = q[..., 1::2] << 4 (CUTLASS int4b_t order)
     want = ((q[..., 0::2] & 0xF) | ((q[..., 1::2] & 0xF) << 4)).to(torch.uint8)
     assert torch.equal(packed.view(torch.uint8), want)
-    assert scale.shape == (e, k // MOE["group_size"], n) and scale.dtype == torch.bfloat16 and scale.is_contiguous()
+    assert scale.shape == (e, k // MOE_I4["group_size"], n) and scale.dtype == torch.bfloat16 and scale.is_contiguous()
     assert torch.equal(scale[2, 1, 5], inputs["w1_scale"][2, 5, 1])
     assert zero.shape == scale.shape and not zero.any()  # symmetric int4 = zero-point form with z = 0
 
 
 def test_shuffled_grouped_moe_preshuffles_copies_and_passes_int64_m_sizes(fake):
     fake.CALLS.clear()
-    launch = moe_refs.build_mslk_bf16i4_shuffled_grouped(dict(MOE), {}, "cpu")
-    inputs = moe_problem.make_inputs(MOE, 3, "cpu")
+    launch = moe_refs.build_mslk_bf16i4_shuffled_grouped(dict(MOE_I4), {}, "cpu")
+    inputs = moe_problem.make_inputs(MOE_I4, 3, "cpu")
     prepared = launch.prepare(inputs)
     pre = _calls(fake, "preshuffle_i4")
-    assert len(pre) == 2 * MOE["experts"]  # per expert, for w1 and w2
+    assert len(pre) == 2 * MOE_I4["experts"]  # per expert, for w1 and w2
     assert all(c["WQ"]["dtype"] == "torch.int8" and c["WQ"]["contiguous"] and c["w_scale"]["dtype"] == "torch.bfloat16"
                for c in pre)
-    assert pre[0]["WQ"]["shape"] == (2 * MOE["inter_dim"], MOE["model_dim"] // 2)
-    assert pre[0]["w_scale"]["shape"] == (MOE["model_dim"] // MOE["group_size"], 2 * MOE["inter_dim"])
+    assert pre[0]["WQ"]["shape"] == (2 * MOE_I4["inter_dim"], MOE_I4["model_dim"] // 2)
+    assert pre[0]["w_scale"]["shape"] == (MOE_I4["model_dim"] // MOE_I4["group_size"], 2 * MOE_I4["inter_dim"])
     # in-place on its argument in the real op: it must never see the problem's own tensors
     assert all(c["WQ"]["ptr"] not in (inputs["w1_q"].data_ptr(), inputs["w2_q"].data_ptr()) for c in pre)
     fake.CALLS.clear()
-    out = moe_problem.output_like(MOE, "cpu")
+    out = moe_problem.output_like(MOE_I4, "cpu")
     parity.poison(out)
     res = launch.run(prepared, out)
     assert parity.compare(res, moe_problem.oracle(inputs).float(), TOL)["passed"]
     g1, g2 = _calls(fake, "bf16i4bf16_shuffled_grouped")
-    pairs = MOE["tokens"] * MOE["topk"]
-    assert g1["X"] == {**g1["X"], "dtype": "torch.bfloat16", "shape": (pairs, MOE["model_dim"])}
-    assert g1["WQ"]["shape"] == (MOE["experts"], 2 * MOE["inter_dim"], MOE["model_dim"] // 2)
-    assert g1["w_scale_group"]["shape"] == (MOE["experts"], MOE["model_dim"] // 32, 2 * MOE["inter_dim"])
+    pairs = MOE_I4["tokens"] * MOE_I4["topk"]
+    assert g1["X"] == {**g1["X"], "dtype": "torch.bfloat16", "shape": (pairs, MOE_I4["model_dim"])}
+    assert g1["WQ"]["shape"] == (MOE_I4["experts"], 2 * MOE_I4["inter_dim"], MOE_I4["model_dim"] // 2)
+    assert g1["w_scale_group"]["shape"] == (MOE_I4["experts"], MOE_I4["model_dim"] // MOE_I4["group_size"], 2 * MOE_I4["inter_dim"])
     assert g1["w_zero_group"]["shape"] == g1["w_scale_group"]["shape"]
-    assert g1["M_sizes"]["dtype"] == "torch.int64" and g1["M_sizes"]["shape"] == (MOE["experts"],)
-    assert g2["X"]["shape"] == (pairs, MOE["inter_dim"]) and g2["WQ"]["shape"] == (MOE["experts"], MOE["model_dim"], MOE["inter_dim"] // 2)
+    assert g1["M_sizes"]["dtype"] == "torch.int64" and g1["M_sizes"]["shape"] == (MOE_I4["experts"],)
+    assert g2["X"]["shape"] == (pairs, MOE_I4["inter_dim"]) and g2["WQ"]["shape"] == (MOE_I4["experts"], MOE_I4["model_dim"], MOE_I4["inter_dim"] // 2)
 
 
 def test_rowwise_batched_moe_pads_rows_per_active_expert(fake):
     fake.CALLS.clear()
-    inputs, _, _ = _check(moe_problem, moe_refs.build_mslk_bf16i4_rowwise_batched(dict(MOE), {}, "cpu"), MOE)
+    inputs, _, _ = _check(moe_problem, moe_refs.build_mslk_bf16i4_rowwise_batched(dict(MOE_I4), {}, "cpu"), MOE_I4)
     g1, g2 = _calls(fake, "bf16i4bf16_rowwise_batched")
     active = torch.unique(inputs["topk_ids"]).numel()
     m_max = int(torch.bincount(inputs["topk_ids"].reshape(-1).long()).max())
-    assert g1["X"]["shape"] == (active, m_max, MOE["model_dim"]) and g1["X"]["contiguous"]
-    assert g1["WQ"]["shape"] == (active, 2 * MOE["inter_dim"], MOE["model_dim"] // 2)
-    assert g1["w_scale"]["shape"] == (active * MOE["model_dim"] // 32, 2 * MOE["inter_dim"]) == g1["w_zp"]["shape"]
-    assert g2["X"]["shape"] == (active, m_max, MOE["inter_dim"])
+    assert g1["X"]["shape"] == (active, m_max, MOE_I4["model_dim"]) and g1["X"]["contiguous"]
+    assert g1["WQ"]["shape"] == (active, 2 * MOE_I4["inter_dim"], MOE_I4["model_dim"] // 2)
+    assert g1["w_scale"]["shape"] == (active * MOE_I4["model_dim"] // MOE_I4["group_size"], 2 * MOE_I4["inter_dim"]) == g1["w_zp"]["shape"]
+    assert g2["X"]["shape"] == (active, m_max, MOE_I4["inter_dim"])
 
 
 def test_grouped_stacked_ceiling_gets_bf16_weights(fake):
@@ -200,6 +202,29 @@ def test_grouped_stacked_ceiling_gets_bf16_weights(fake):
     g1, _ = _calls(fake, "bf16bf16bf16_grouped_stacked")
     assert g1["W"]["dtype"] == "torch.bfloat16" and g1["W"]["shape"] == (MOE["experts"], 2 * MOE["inter_dim"], MOE["model_dim"])
     assert g1["M_sizes"]["dtype"] == "torch.int64"
+
+
+@pytest.mark.parametrize("builder", [moe_refs.build_mslk_bf16i4_shuffled_grouped, moe_refs.build_mslk_bf16i4_rowwise_batched])
+@pytest.mark.parametrize("group,model_dim,inter_dim,served", [
+    (32, 128, 64, False),    # the seed's group: neither a multiple of 64 nor either GEMM's K
+    (32, 64, 32, False),     # equals the down GEMM's K only; the gate/up GEMM (K=64) cannot take it
+    (96, 192, 96, False),    # the same with a group above the K tile
+    (32, 32, 32, True),      # one group spans each whole K
+    (64, 128, 64, True),
+    (128, 256, 128, True),
+])
+def test_int4_builders_refuse_group_sizes_mslk_cannot_serve_before_running(fake, builder, group, model_dim, inter_dim, served):
+    shape = {"tokens": 3, "model_dim": model_dim, "inter_dim": inter_dim, "experts": 4, "topk": 2, "group_size": group}
+    fake.CALLS.clear()
+    if served:
+        _check(moe_problem, builder(dict(shape), {}, "cpu"), shape)
+        return
+    with pytest.raises(UnsupportedShape) as exc:
+        builder(dict(shape), {}, "cpu")
+    text = str(exc.value)
+    assert f"group {group} is neither" in text and "multiple of 64 or equals K" in text and "not run" in text
+    assert "torch.ops.mslk.bf16i4bf16_" in text and f"model_dim={model_dim}" in text
+    assert not fake.CALLS  # refused at build time: MSLK never saw the shape
 
 
 def test_an_op_that_refuses_the_shape_is_unsupported_with_its_text(fake, monkeypatch):
@@ -256,3 +281,7 @@ def test_mslk_slot_regex_is_broad_for_cutlass_and_ck_names_and_never_matches_the
     assert not any(re.search(moe_port.EXPECT_KERNELS, n) for n in plausible)
     # the MoE slot also accepts the torch routing kernels around MSLK's GEMMs
     assert re.search(moe_refs.MSLK_MOE_KERNELS, "void at::native::(anonymous namespace)::indexSelectLargeIndex<float>")
+    # torch.bincount's histogram kernel (M_sizes) ran inside the MSLK MoE slot on the H200
+    assert re.search(moe_refs.MSLK_MOE_KERNELS, "void at::cuda::kernelHistogram1D<long, long, long, 1, 2, -1, "
+                                                "(at::cuda::CUDAHistogramMemoryType)0, at::cuda::(anonymous namespace)::"
+                                                "kernelHistogram1D_getBin<long, long, 1>>(at::cuda::detail::TensorInfo<long, long>)")

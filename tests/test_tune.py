@@ -390,3 +390,17 @@ def test_real_cards_tunable_kernels_declare_a_schema_outside_the_measured_source
             module, _ = split_ref(r["kernel"])
             assert module_constant(module, "CONFIG_SCHEMA") is None, f"{module} keeps its schema in the kernel file"
     assert seen >= 3
+
+
+def test_the_hidden_start_aa_makes_a_biased_session_unreliable():
+    from skillrun.tune.sweep import START_CHECK, start_check
+
+    # What the position-biased engine reported on the H200: the start config (the incumbent's own)
+    # at 1.457x the incumbent. Such a session must not propose anything.
+    bad = start_check({"ratio_vs_incumbent": {START_CHECK: 1.457}, "noise_pct": 0.8}, identical=True)
+    assert bad["unreliable"] and "not trustworthy" in bad["text"]
+    ok = start_check({"ratio_vs_incumbent": {START_CHECK: 1.004}, "noise_pct": 0.8}, identical=True)
+    assert ok["within_noise"] and not ok.get("unreliable")
+    # A start config that is another recipe's is reported, never used to distrust the session.
+    other = start_check({"ratio_vs_incumbent": {START_CHECK: 1.3}, "noise_pct": 0.8}, identical=False)
+    assert not other.get("unreliable") and other["within_noise"] is False

@@ -43,6 +43,25 @@ def test_every_combination_of_port_parity_baseline_parity_and_speed(port_ok, bas
         assert "but the only oracle-correct kernel" in d.text
     else:
         assert "and mslk_rowwise_batched fails the oracle" in d.text
+    # the words for "the faster production kernel is the wrong one": exactly when it is faster and fails
+    said = "the faster kernel is the production mslk_rowwise_batched (1.25x the port's speed), and it fails the oracle" in d.text
+    assert said == (speed == "slower" and not base_ok), d.text
+
+
+@pytest.mark.parametrize("mslk_ok,mslk_speed,other_ok,production", list(itertools.product(
+    [True, False], list(REF_MS), [True, False], [True, False])))
+def test_a_faster_production_kernel_that_fails_the_oracle_is_named_whichever_reference_leads(
+        mslk_ok, mslk_speed, other_ok, production):
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("scaled_mm_loop", role="baseline", parity_passed=other_ok, median_ms=0.4),
+            RefOutcome("mslk_rowwise_batched", production=production, parity_passed=mslk_ok, median_ms=REF_MS[mslk_speed])]
+    d = decide(port, refs, NOISE)
+    said = "the faster kernel is the production mslk_rowwise_batched" in d.text
+    assert said == (production and not mslk_ok and mslk_speed == "slower"), d.text
+    if said:
+        assert "(1.25x the port's speed), and it fails the oracle while the port passes" in d.text
+    # the headline stays the first oracle-correct reference: the words add, they never change the verdict
+    assert d.primary == ("scaled_mm_loop" if other_ok or not mslk_ok else "mslk_rowwise_batched")
 
 
 def test_a_ratio_inside_the_noise_floor_is_never_faster_or_slower():
@@ -160,3 +179,17 @@ def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
     assert row["failing_baseline"] is True and "speedup vs production (A/A noise)" in SUMMARY_COLUMNS
 
 
+
+
+def test_the_fastest_oracle_correct_production_kernel_is_named_even_when_it_is_not_the_headline():
+    port = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    refs = [RefOutcome("cublas_blockwise", role="baseline", production=True, parity_passed=True, median_ms=0.125),
+            RefOutcome("deepgemm", production=True, parity_passed=True, median_ms=0.090),
+            RefOutcome("mslk_groupwise", production=True, parity_passed=False, median_ms=0.050),  # faster, but wrong
+            RefOutcome("bf16_cublas", production=False, parity_passed=True, median_ms=0.070)]   # not production
+    d = decide(port, refs, NOISE)
+    assert d.primary == "cublas_blockwise" and d.verdict == "validated"
+    assert d.fastest_production == "deepgemm"
+    assert d.text.endswith("fastest oracle-correct production kernel: deepgemm (port 0.9x vs it)")
+    gone = [RefOutcome("deepgemm", production=True, status="unavailable", error="deep_gemm is not importable here"), refs[0]]
+    assert decide(port, gone, NOISE).fastest_production == "cublas_blockwise"

@@ -291,6 +291,17 @@ if GLUON_IMPORT_ERROR is None:
         wrap = nxt == STAGES
         return gl.where(wrap, 0, nxt), gl.where(wrap, phase ^ 1, phase)
 
+    @gluon.jit
+    def _prev_slot(slot, STAGES: gl.constexpr):
+        # The ring slot used one K block before ``slot``. It used to be a variable (``prev = slot``
+        # before the K loop and again at the end of its body), which hung the no-promote twin with
+        # async depth 1 on the H200: the frontend finds loop-carried variables by a dry run of the
+        # body and compares handles, and at that statement ``slot`` is still the loop's input, the
+        # very value ``prev`` started from, so ``prev`` was not carried: every arrive of a tile went
+        # to the tile's first slot, the others were never released, and the producer waited on them
+        # for ever. Computing the index from ``slot`` has no variable to lose.
+        return gl.where(slot == 0, STAGES - 1, slot - 1)
+
     # ---- producer: the default partition (4 warps; the copy ops are issued by one thread)
     @gluon.jit
     def _producer(a_desc, b_desc, sa_desc, a_ring, b_ring, sa_ring, ready, empty,
@@ -460,7 +471,6 @@ if GLUON_IMPORT_ERROR is None:
             off_n = pid_n * BN
             acc0 = gl.zeros([64, SUB_N], gl.float32, mma)
             acc1 = gl.zeros([64, SUB_N], gl.float32, mma)
-            prev = slot
             for kb in range(L):
                 mbarrier.wait(ready.index(slot), phase)
                 a_tile = a_ring.index(slot).slice(WG * 64, 64)
@@ -490,10 +500,11 @@ if GLUON_IMPORT_ERROR is None:
                     else:
                         acc0 = warpgroup_mma_wait(ASYNC, deps=(t0,))
                     if ASYNC == 1:
-                        mbarrier.arrive(empty.index(prev), count=1, pred=kb > 0)
+                        # The block before this one has completed: release its slot. Its index is
+                        # computed here, never kept in a variable: see _prev_slot.
+                        mbarrier.arrive(empty.index(_prev_slot(slot, STAGES)), count=1, pred=kb > 0)
                     else:
                         mbarrier.arrive(empty.index(slot), count=1)
-                prev = slot
                 slot, phase = _advance(slot, phase, STAGES)
             if not PROMOTE:
                 if ASYNC == 1:
@@ -501,7 +512,7 @@ if GLUON_IMPORT_ERROR is None:
                         acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
                     else:
                         acc0 = warpgroup_mma_wait(0, deps=(acc0,))
-                    mbarrier.arrive(empty.index(prev), count=1)
+                    mbarrier.arrive(empty.index(_prev_slot(slot, STAGES)), count=1)  # the tile's last block
             _store_tile(acc0, c_desc, c_bufs.index(WG * NSUB), off_m + WG * 64, off_n)
             if NSUB == 2:
                 _store_tile(acc1, c_desc, c_bufs.index(WG * NSUB + 1), off_m + WG * 64, off_n + SUB_N)
@@ -690,6 +701,55 @@ def _overlap_facts(ptx: str) -> dict:
     }
 
 
+def ring_index_facts(ttgir: str) -> dict:
+    """Barrier operations inside a loop whose barrier index does not change with the loop.
+
+    In this kernel every mbarrier wait, expect and arrive inside a loop walks the ring, so its
+    index must be the loop's own (an iteration argument or a value computed in the body). One
+    computed outside the loop hits the same barrier on every iteration: the no-promote twin with
+    async depth 1 did exactly that (see ``_prev_slot``) and hung on the H200. Read from the TTGIR,
+    where loops are still ``scf.for`` regions and the printer keeps the source's variable names."""
+    import re
+
+    lines = ttgir.splitlines()
+    loops = []  # (first line, last line, names the loop itself defines: induction variable, iter args)
+    stack = []
+    for i, ln in enumerate(lines):
+        m = re.search(r"scf\.for\s+(%[\w.]+)\s*=.*?(?:iter_args\((.*?)\))?\s*->|scf\.for\s+(%[\w.]+)\s*=", ln)
+        if m:
+            ind = m.group(1) or m.group(3)
+            args = re.findall(r"(%[\w.]+)\s*=", m.group(2) or "")
+            stack.append((i, len(ln) - len(ln.lstrip()), {ind, *args}))
+            continue
+        if stack and ln.strip().startswith("}") and len(ln) - len(ln.lstrip()) == stack[-1][1]:
+            start, _, own = stack.pop()
+            loops.append((start, i, own))
+    checked, stale = 0, []
+    for i, ln in enumerate(lines):
+        m = re.search(r"ttng\.(arrive_barrier|wait_barrier|barrier_expect)\s+(%[\w.]+)", ln)
+        if not m:
+            continue
+        inner = [lp for lp in loops if lp[0] < i < lp[1]]
+        if not inner:
+            continue
+        start, end, own = max(inner, key=lambda lp: lp[0])
+        idx = None
+        for j in range(i - 1, -1, -1):  # the nearest definition above (names repeat across partitions)
+            d = re.match(rf"\s*{re.escape(m.group(2))}\s*=\s*ttg\.memdesc_index\s+%[\w.]+\[(%[\w.#]+)\]", lines[j])
+            if d:
+                idx = d.group(1)
+                break
+        if idx is None:
+            continue
+        checked += 1
+        base = idx.split("#")[0]  # %r#1: result 1 of the op that defines %r:n
+        defined_in_loop = idx in own or any(re.match(rf"\s*{re.escape(base)}(?::\d+)?\s*=", lines[j])
+                                            for j in range(start + 1, end))
+        if not defined_in_loop:
+            stale.append(f"line {i + 1}: {m.group(1)} on a barrier indexed by {idx}, defined outside its loop")
+    return {"loop_barrier_ops": checked, "loop_invariant_barrier_ops": stale}
+
+
 def sass_overlap(sass: str) -> dict:
     """The same question asked of ptxas's final schedule: FFMAs issued while a QGMMA group is
     pending (a group closes at the QGMMA carrying ``gsb0``; ``WARPGROUP.DEPBAR.LE gsb0, N`` waits
@@ -738,6 +798,7 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
                         options={"num_warps": 4, "maxnreg": cfg.maxnreg})
     ptx = ck.asm["ptx"]
     facts: dict[str, Any] = {
+        **ring_index_facts(ck.asm["ttgir"]),
         "config": cfg.as_dict(),
         "BM": cfg.BM,
         "compile_s": round(time.perf_counter() - t0, 2),  # near 0 when Triton's on-disk cache served it

@@ -10,6 +10,9 @@ silently wrong. ``build_cublas_blockwise`` is the unpadded call a user writes to
 
 ``build_mslk_groupwise``: MSLK's CUTLASS ``f8f8bf16_groupwise`` (1x128 activation / 128x128
 weight scales; ``mslk-cuda``, and the same op name on ROCm), an alternative to cuBLAS block-wise.
+
+``build_deepgemm``: DeepGEMM's ``fp8_gemm_nt`` (the sm_90 1d2d kernel: 1x128 activation / 128x128
+weight fp32 scales), the production kernel of SGLang and vLLM for this recipe (kernels/_deepgemm.py).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 
 import torch
 
-from skillrun_kernels import _mslk
+from skillrun_kernels import _deepgemm, _mslk
 from skillrun_kernels.fp8_blockscale_gemm import problem
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
@@ -218,6 +221,32 @@ def build_mslk_groupwise(shape: dict, config: dict | None = None, device: str = 
     return KernelLaunch(name="mslk_f8f8bf16_groupwise", run=run, prepare=prepare, expect_kernels=_mslk.MSLK_KERNELS,
                         describe={"backend": _mslk.backend_name(), "op": "torch.ops.mslk.f8f8bf16_groupwise",
                                   "mslk": _mslk.version(), "writes_out": False, "expect_kernels_verified": False})
+
+
+def build_deepgemm(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
+    """DeepGEMM's dense fp8 GEMM with 1x128 / 128x128 fp32 scales (``deep_gemm.fp8_gemm_nt``, sm_90).
+
+    Unavailable without deep_gemm (or without an nvcc for its JIT); a shape its host code refuses is
+    recorded as unsupported with DeepGEMM's text. It writes into ``out`` (bf16, row-major)."""
+    problem.check_shape(shape)
+    gemm = _deepgemm.function("fp8_gemm_nt")
+    align = _deepgemm.function("get_mn_major_tma_aligned_tensor")
+
+    def prepare(inputs: dict) -> dict:
+        # sfa once into the layout the kernel reads (MN-major, TMA-aligned): the timed call then
+        # passes it through untouched instead of transposing it on every call (kernels/_deepgemm.py).
+        sfa = _deepgemm.guarded("get_mn_major_tma_aligned_tensor", shape, lambda: align(inputs["a_scale"].float().contiguous()))
+        return {"a": inputs["a"].contiguous(), "b": inputs["b"].contiguous(), "sfa": sfa,
+                "sfb": inputs["b_scale"].float().contiguous()}
+
+    def run(prep: dict, out: torch.Tensor) -> torch.Tensor:
+        _deepgemm.guarded("fp8_gemm_nt", shape, lambda: gemm((prep["a"], prep["sfa"]), (prep["b"], prep["sfb"]), out))
+        return out
+
+    return KernelLaunch(name="deepgemm_fp8_gemm_nt", run=run, prepare=prepare, expect_kernels=_deepgemm.DEEPGEMM_KERNELS,
+                        describe={"backend": "deep_gemm", "op": "deep_gemm.fp8_gemm_nt", "deep_gemm": _deepgemm.version(),
+                                  "recipe": "sm90 1d2d: sfa 1x128 (MN-major, TMA-aligned, made in prepare), sfb 128x128",
+                                  "expect_kernels_verified": False})
 
 
 # ---------------------------------------------------------------------------------------------

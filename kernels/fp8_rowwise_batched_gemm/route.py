@@ -124,7 +124,7 @@ def _wrap_loop(original, route):
         baseline_run = launch.run
 
         def run(p, out):
-            routed, value = route(LOOP_TARGET, loop_call(p, out))
+            routed, value = route(LOOP_TARGET, loop_call(p, out), lambda: baseline_run(p, out))
             return value if routed else baseline_run(p, out)
 
         launch.run = run

@@ -27,10 +27,11 @@ recentres its unsigned [0, 15] codes by 8 into that signed form, so z = min + 8 
 symmetric weight is exactly that form with the constant z = 0, so the zero tensors are zeros of
 the scale's shape and dtype (``bf16i4bf16_shuffled_grouped`` in v1.1.0 does not even read them:
 its CUTLASS mainloop is scale-only; ``bf16i4bf16_rowwise_batched`` does). Nothing is re-quantized:
-the kernels see the problem's own q and s. CUTLASS's sm_90 mixed-input GEMM accepts a group size
-only if it equals K or is a multiple of its 64-deep K tile (``can_implement``), so at this card's
-group_size 32 MSLK is expected to refuse: that is recorded as ``unsupported`` with MSLK's text
-(expected from reading the source, unverified until the device run).
+the kernels see the problem's own q and s. CUTLASS's sm_90 mixed-input GEMM serves a group size
+only if it equals K or is a multiple of its 64-deep K tile, but MSLK never asks it to check (no host
+problem shapes reach ``can_implement``): on the H200 group 32 ran and failed the fp32 oracle on
+every shape. So both int4 builders refuse such group sizes themselves (``_mslk.require_int4_group``),
+recorded ``unsupported`` with the reason and never run; group 128 is served.
 
 All GEMM inputs are bf16 with fp32 accumulation; only the int4 -> bf16 dequantization rounds.
 """
@@ -57,8 +58,10 @@ TORCH_MOE_KERNELS = (
 # An MSLK MoE layer's slot: MSLK's own kernels plus the torch routing/elementwise kernels around them
 # (argsort, bincount, gather, SiLU, index_add; aten and CUB), but none of torch's GEMMs
 # (torch._grouped_mm's CUTLASS kernel, cuBLAS): a secret torch fallback fails integrity.
+# torch.bincount (M_sizes) launches `at::cuda::kernelHistogram1D<...>` (seen in the slot on the H200,
+# torch 2.11): routing, so part of the slot.
 TORCH_ROUTING_KERNELS = (
-    r"^(void (at::native::|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
+    r"^(void (at::native::|at::cuda::kernelHistogram1D<|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
     r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel|Memcpy |Memset )"
 )
 MSLK_MOE_KERNELS = f"{TORCH_ROUTING_KERNELS}|{_mslk.MSLK_KERNELS}"
@@ -290,6 +293,12 @@ def _moe_grouped_layer(x, topk_ids, topk_weights, out, experts: int, gemm1, gemm
     return out
 
 
+def _require_int4_group(op: str, shape: dict) -> None:
+    """Refuse before anything runs a group size MSLK's int4 GEMMs cannot serve (both GEMMs' K)."""
+    _, d, i, _, _, g = problem.dims(shape)
+    _mslk.require_int4_group(op, shape, g, {"gate/up GEMM (model_dim)": d, "down GEMM (inter_dim)": i})
+
+
 def _mslk_launch(name: str, op: str, run, prepare, shape: dict, **describe) -> KernelLaunch:
     return KernelLaunch(name=name, run=run, prepare=prepare, expect_kernels=MSLK_MOE_KERNELS,
                         describe={"backend": _mslk.backend_name(), "op": f"torch.ops.mslk.{op}", "mslk": _mslk.version(),
@@ -299,6 +308,7 @@ def _mslk_launch(name: str, op: str, run, prepare, shape: dict, **describe) -> K
 def build_mslk_bf16i4_shuffled_grouped(shape: dict, config: dict, device: str) -> KernelLaunch:
     """The production bf16 x int4 MoE path: ``bf16i4bf16_shuffled_grouped(X, WQ, w_scale_group,
     w_zero_group, M_sizes)`` for gate/up and for down, on ``preshuffle_i4`` weights made once (untimed)."""
+    _require_int4_group("bf16i4bf16_shuffled_grouped", shape)
     fn = _mslk.op("bf16i4bf16_shuffled_grouped")
     pre = _mslk.op("preshuffle_i4")
     experts = int(shape["experts"])
@@ -365,6 +375,7 @@ def build_mslk_bf16i4_rowwise_batched(shape: dict, config: dict, device: str) ->
     """``bf16i4bf16_rowwise_batched(X, WQ, w_scale, w_zp)`` as a MoE layer: each call gathers the active
     experts' packed int4 weights (one copy of them: the batched op takes one contiguous (B, N, K/2)
     stack) and pads each expert's rows to the largest count. Scales/zeros are (B * K/group, N)."""
+    _require_int4_group("bf16i4bf16_rowwise_batched", shape)
     fn = _mslk.op("bf16i4bf16_rowwise_batched")
 
     def prepare(inputs: dict) -> dict:

@@ -323,7 +323,8 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         kernels.append(row)
 
     def _match(m, only_failed: bool) -> dict[str, Any]:
-        crit = [f"{'PASS' if c.passed else 'FAIL'} {c.name}: {c.reason}" for c in m.criteria if not (only_failed and c.passed)]
+        tag = {"passed": "PASS", "failed": "FAIL", "not_checked": "NOT CHECKED"}
+        crit = [f"{tag[c.status]} {c.name}: {c.reason}" for c in m.criteria if not (only_failed and c.passed is not False)]
         return {"skill_id": m.skill_id, "kernel": m.kernel[:200], "pct_gpu": round(m.pct_gpu, 3), "criteria": crit}
 
     plan = []

@@ -9,9 +9,10 @@ from typing import List, Optional
 import typer
 
 from skillrun import api
-from skillrun.cli.common import (ARCH_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, command_line, console,
-                                 cpu_fallback, cpu_note, devices_label, emit_json, err, exit_on_card_problems, guarded,
-                                 index, print_analysis, print_results, state, term_width, want_json)
+from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, OutFormat,
+                                 command_line, console, cpu_fallback, cpu_note, devices_label, emit_json, emit_rows, err,
+                                 exit_on_card_problems, guarded, index, out_format, print_analysis, print_results, state,
+                                 term_width, unbounded, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
 from skillrun.termtext import safe
 
@@ -135,7 +136,8 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw:
 def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to match."),
               arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
               top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
-              wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+              wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+              fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
     """Match a profile's hot kernels against every card; print each criterion, matches and near misses.
 
     Example: skill-run match trace.json.gz --arch gfx950
@@ -143,8 +145,13 @@ def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profile
     idx = index()
     prof = api.ingest_profile(profile, arch=arch)
     rep = api.match(prof, idx, top=top)
-    if want_json():
+    kind = out_format(fmt)
+    if kind == "json":
         emit_json({**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)})
+    elif kind in ("csv", "tsv"):
+        from skillrun.tabular import match_rows
+
+        emit_rows(match_rows(rep), kind)
     else:
         print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
     exit_on_card_problems(rep.card_problems)
@@ -157,15 +164,21 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
              arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
              top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
              shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
-             wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+             wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+             fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
     """Ingest, match and pick a recipe per shape (nothing is run).
 
     Example: skill-run plan trace.json.gz --shape 4096,2048,7168
     """
     idx = index()
     a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape)
-    if want_json():
+    kind = out_format(fmt)
+    if kind == "json":
         emit_json(a.plan.model_dump(mode="json"))
+    elif kind in ("csv", "tsv"):
+        from skillrun.tabular import plan_rows
+
+        emit_rows(plan_rows(a.plan), kind)
     else:
         print_analysis(a, top, wide)
     exit_on_card_problems(a.matches.card_problems)
@@ -175,28 +188,68 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
 
 @guarded
 def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to read."),
+                other: Optional[Path] = typer.Argument(None, metavar="TRACE_B", help="A second trace: compare B with A per (kernel, shape)."),
                 arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
                 top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many hot kernels to list (at least 1)."),
-                wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
-    """Only the hot-kernel table: op, shape, dtype, calls, mean/min/max, achieved throughput vs peak,
-    GPU time by category, idle time and per-device totals (no matching).
+                wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+                details: bool = typer.Option(False, "--details", help="Under each kernel, its launch facts: grid, block, registers, shared memory/LDS, VGPRs, scratch (as the trace has them)."),
+                fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
+    """Only the hot-kernel table: total GPU time, a row per kernel and per (kernel, shape) with op, dtype,
+    calls, mean/median/sd/min/max, achieved throughput vs peak and the bound, GPU time by category,
+    idle time and per-device totals (no matching).
 
-    Example: skill-run kernels trace.json.gz --top 30 --wide
+    With two traces: per (kernel, launching op, shape) the time, calls and rate in each, the deltas,
+    and what appeared or disappeared in B.
+
+    Example: skill-run kernels trace.json.gz --top 30 --wide · skill-run kernels before.json.gz after.json.gz
     """
     from skillrun.hot_table import breakdown_lines, render
 
+    if other is not None:
+        _compare(profile, other, arch, top, wide, out_format(fmt))
+        return
     prof = api.ingest_profile(profile, arch=arch)
     data = api.hot_kernels(prof, top)
-    if want_json():
+    kind = out_format(fmt)
+    if kind == "json":
         emit_json(data)
         return
+    if kind in ("csv", "tsv"):
+        from skillrun.tabular import kernel_rows
+
+        emit_rows(kernel_rows(data), kind)
+        return
     width = term_width()
+    wide = wide or unbounded(width)
     out = console(width)
     out.print(f"[bold]{safe(Path(prof.source).name)}[/]  format={prof.format}  arch={safe(prof.arch or 'unknown')}  ({safe(devices_label(prof))})")
+    for w in prof.warnings:  # a graph capture, an inferred arch: said before the numbers they qualify
+        out.print(f"[yellow]warning:[/] {safe(w)}")
     for line in breakdown_lines(data):
         out.print(safe(line))
-    table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})")
-    (console(10_000) if wide else out).print(table, crop=not wide)
+    table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})",
+                   details=details)
+    (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
+
+
+def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: str) -> None:
+    from skillrun import trace_diff
+
+    d = api.compare_profiles(api.ingest_profile(a, arch=arch), api.ingest_profile(b, arch=arch))
+    if kind == "json":
+        emit_json(d)
+        return
+    if kind in ("csv", "tsv"):
+        emit_rows(trace_diff.diff_rows(d), kind)  # every row: a file is for filtering, not for reading top-down
+        return
+    width = term_width()
+    wide = wide or unbounded(width)
+    out = console(width)
+    out.print(f"[bold]A[/] {safe(Path(d['a']).name)} (arch {safe(d['a_arch'] or 'unknown')})  "
+              f"[bold]B[/] {safe(Path(d['b']).name)} (arch {safe(d['b_arch'] or 'unknown')})")
+    out.print(safe(trace_diff.summary_line(d)))
+    table = trace_diff.render(d, top, width, wide)
+    (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
 
 
 # What this module adds to `skill-run`, in the order `skill-run --help` lists it.

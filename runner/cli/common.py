@@ -29,18 +29,45 @@ from skillrun.termtext import safe
 state: dict[str, Any] = {"kb": None, "json": False}
 
 
+# The width output gets when stdout is not a terminal and $COLUMNS does not set one: nothing is
+# wrapped or cut (the pager or the next tool wraps), so every kernel name and path stays greppable
+# whole, as ripgrep, git and uv do.
+UNBOUNDED = 100_000
+
+
 def term_width() -> int:
-    """The terminal's width; when piped, $COLUMNS, else 80."""
+    """$COLUMNS when set; else the terminal's width; when piped, :data:`UNBOUNDED`."""
     cols = os.environ.get("COLUMNS", "")
     if cols.isdigit() and int(cols) > 0:
         return max(40, int(cols))
     if sys.stdout.isatty():
         return max(40, shutil.get_terminal_size((80, 24)).columns)
-    return 80
+    return UNBOUNDED
+
+
+def unbounded(width: int) -> bool:
+    """True when output is not for a terminal of a known width (print names whole, wrap nothing)."""
+    return width >= UNBOUNDED
+
+
+EXIT_PIPE_CLOSED = 141  # what a shell reports for a writer its reader left (128 + SIGPIPE), as `git log | head`
+
+
+def stdout_closed() -> None:
+    """The reader of our stdout went away (``| head``): stop quietly, no traceback, no error line.
+    Later writes (the interpreter's final flush) go to /dev/null so Python does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise typer.Exit(EXIT_PIPE_CLOSED)
 
 
 def console(width: Optional[int] = None) -> Console:
-    return Console(highlight=False, soft_wrap=False, width=width or term_width(), markup=True)
+    c = Console(highlight=False, soft_wrap=False, width=width or term_width(), markup=True)
+    c.on_broken_pipe = stdout_closed  # rich would exit 1; a closed pipe is not a failure of ours
+    return c
 
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -79,7 +106,10 @@ def guarded(fn):
     @wraps(fn)
     def wrapper(*a, **kw):
         try:
-            return fn(*a, **kw)
+            try:
+                return fn(*a, **kw)
+            finally:
+                sys.stdout.flush()  # a reader that left (`| head`) is met here, not at the interpreter's exit
         except (typer.Exit, _cexc.UsageError):
             raise
         except SkillRunError as exc:
@@ -88,6 +118,8 @@ def guarded(fn):
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130)
+        except BrokenPipeError:
+            stdout_closed()
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if os.environ.get("SKILLRUN_DEBUG"):
                 raise
@@ -116,7 +148,29 @@ WORKLOAD_COMMAND = {"allow_interspersed_args": False}
 ARCH_HELP = "Device arch when the trace does not say: gfx950, gfx942, gfx90a, sm_90, sm_100, … (a typo is an error)."
 TOP_HELP = "How many hot kernels to rank and match (at least 1)."
 SHAPE_HELP = "Shape for kernels whose shape the trace lacks, in the card's key order, e.g. 4096,2048,7168 (repeatable)."
-WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal)."
+WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal; always so when piped)."
+FORMAT_HELP = "Output format: table (default), csv, tsv (one row per record, header first) or json (as --json)."
+
+
+class OutFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    tsv = "tsv"
+    json = "json"
+
+
+def out_format(fmt: "OutFormat | None") -> str:
+    """The format a command prints in: --json (anywhere) wins, else --format, else table."""
+    if want_json():
+        return "json"
+    return fmt.value if fmt is not None else "table"
+
+
+def emit_rows(rows: "tuple[list[str], list[dict]]", fmt: str) -> None:
+    from skillrun.tabular import write
+
+    columns, records = rows
+    write(columns, records, fmt, sys.stdout)
 
 
 def attach(app: typer.Typer, commands) -> None:
@@ -139,6 +193,7 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
     from skillrun.hot_table import breakdown_lines, hot_kernels, render
 
     width = term_width()
+    wide = wide or unbounded(width)
     out = console(width)
     p = a.profile
     out.print(f"[bold]{safe(Path(p.source).name)}[/]  format={p.format}  arch={safe(p.arch or 'unknown')}  ({safe(devices_label(p))})")
@@ -148,11 +203,11 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
     for w in p.warnings:
         out.print(f"[yellow]warning:[/] {safe(w)}")
     data = hot_kernels(p, top)
-    for line in breakdown_lines(data):
+    for line in breakdown_lines(data, with_total=False):  # the line above has the total
         out.print(safe(line))
     table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(p.kernels))} of {len(p.kernels)})")
     if wide:
-        console(10_000 if wide else width).print(table, crop=False)
+        console(max(width, 10_000)).print(table, crop=False)
     else:
         out.print(table)
 
@@ -163,8 +218,12 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
         out.print("[bold yellow]No skill card matches a hot kernel of this profile.[/]")
     for res in m.matches + m.near_misses:
         tag = "[green]MATCH[/]" if res.matched else "[yellow]near miss[/]"
-        out.print(f"{tag} [bold]{safe(res.skill_id)}[/] ← {safe(res.kernel[:100])} ({res.pct_gpu:.2f}% GPU)")
+        name = res.kernel if wide or len(res.kernel) <= 100 else res.kernel[:99] + "…"
+        out.print(f"{tag} [bold]{safe(res.skill_id)}[/] ← {safe(name)} ({res.pct_gpu:.2f}% GPU)")
         for c in res.criteria:
+            if c.passed is None:  # the trace cannot answer it: neither a tick nor a cross
+                out.print(f"    [dim]–[/] {safe(c.name)}: [dim]not checked[/]: {safe(c.reason)}")
+                continue
             mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
             out.print(f"    {mark} {safe(c.name)}: {safe(c.reason)}" + ("" if c.required else " [dim](informational)[/]"))
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import typer
 from rich.table import Table
 
 from skillrun import api
-from skillrun.cli.common import console, emit_json, err, guarded, index, want_json
+from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_rows, err, guarded, index, out_format,
+                                 want_json)
 from skillrun.errors import EXIT_FAILURE
 from skillrun.termtext import safe
 
@@ -32,7 +34,7 @@ def lint_cmd():
 
 
 @guarded
-def list_cmd():
+def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
     """List skill cards: id, device generations, what they port from and to, recipes, validation status.
 
     Example: skill-run list --json
@@ -40,8 +42,14 @@ def list_cmd():
     idx = index()
     rows = [{"id": c.id, "title": c.data["title"], "gens": c.gens, "from": c.match["from_backend"], "to": c.match["to_backend"],
              "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
-    if want_json():
+    kind = out_format(fmt)
+    if kind == "json":
         emit_json(rows)
+        return
+    if kind in ("csv", "tsv"):
+        from skillrun.tabular import card_rows
+
+        emit_rows(card_rows(rows), kind)
         return
     t = Table(title=f"Skill cards ({safe(idx.root)})")
     for col in ("id", "gens", "from → to", "recipes", "validation"):

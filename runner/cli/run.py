@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from skillrun import api
-from skillrun.cli.common import (Backend, ColdL2, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
-                                 index, print_results, term_width, want_json)
+from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, OutFormat, command_line, console, cpu_fallback, cpu_note,
+                                 emit_json, emit_rows, err, guarded, index, out_format, print_results, term_width,
+                                 want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
 
@@ -95,7 +96,8 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 
 @guarded
 def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIFACT_OR_DIR", help="Validation artifacts or folders (default: validation/)."),
-               html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here.")):
+               html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here."),
+               fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
     """A reviewer's summary of validation artifacts: current / superseded / stale, measured GPU evidence
     first (and an HTML page with charts).
 
@@ -114,13 +116,18 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
             except SkillRunError as exc:
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
-    if want_json():
+    kind = out_format(fmt)
+    if kind == "json":
         emit_json(ev.to_json())
+    elif kind in ("csv", "tsv"):
+        from skillrun.tabular import report_rows
+
+        emit_rows(report_rows(ev), kind)
     else:
         console().print(terminal_report(ev))
     if html:
         page = write_html(ev, html)
-        (console() if not want_json() else err).print(f"wrote {safe(page)}")
+        (console() if kind == "table" else err).print(f"wrote {safe(page)}")
 
 @guarded
 def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metavar="SECONDS",

@@ -84,7 +84,7 @@ def package_paths() -> tuple[str, ...]:
 
 
 def child_env(base: dict[str, str], spec_path: Path, arm: str, run_dir: Path, extra: dict[str, str | None],
-              save: bool = False) -> dict[str, str]:
+              save: bool = False, oracle: int = 0) -> dict[str, str]:
     env = dict(base)
     for k, v in extra.items():
         if v is None:
@@ -101,6 +101,7 @@ def child_env(base: dict[str, str], spec_path: Path, arm: str, run_dir: Path, ex
         "SKILLRUN_E2E_STATUS": str(run_dir / "status.json"),
         "SKILLRUN_E2E_OUTPUTS": str(run_dir / "saved"),
         "SKILLRUN_E2E_SAVE": "1" if save else "0",
+        "SKILLRUN_E2E_ORACLE": str(max(0, int(oracle))),  # calls per plan item checked against the oracle
         "SKILLRUN_OUTPUT_DIR": str(run_dir / "files"),
     })
     return env
@@ -114,15 +115,15 @@ def _read_status(path: Path) -> dict[str, Any]:
 
 
 def run_arm(cmd: list[str], arm: str, label: str, root: Path, spec_path: Path, base_env: dict[str, str],
-            extra_env: dict[str, str | None], timeout: float | None = None, save: bool = False) -> ArmRun:
-    """One unprofiled run with the hook installed."""
+            extra_env: dict[str, str | None], timeout: float | None = None, save: bool = False, oracle: int = 0) -> ArmRun:
+    """One unprofiled run with the hook installed (``oracle``: calls per plan item checked against the oracle)."""
     from skillrun.profiling.run import _install_hook
 
     run_dir = root / label
     run_dir.mkdir(parents=True, exist_ok=True)
     hook_dir = Path(tempfile.mkdtemp(prefix="hook-", dir=root))
     _install_hook(hook_dir)
-    env = child_env(base_env, spec_path, arm, run_dir, extra_env, save)
+    env = child_env(base_env, spec_path, arm, run_dir, extra_env, save, oracle)
     env["PYTHONPATH"] = os.pathsep.join([str(hook_dir), env["PYTHONPATH"]])
     env["SKILLRUN_E2E_HOOK_DIR"] = str(hook_dir)
     timed_out = False

@@ -2,7 +2,10 @@
 
 The as-is arm's tensors are the reference (what the user's code produces today); the routed
 arm's must match them within the routed cards' tolerance (the loosest of them when several cards
-are routed). Two as-is runs are compared too: a workload whose own outputs change from run to run
+are routed). The as-is arm is not assumed right: sampled calls of both arms are also checked
+against each family's fp32 oracle (:func:`oracle_check`, from the warm-up runs), so when the arms
+differ because the as-is arm is the one that fails the oracle, the record says so and the routed
+arm passes; a routed arm that fails the oracle fails whatever the saved tensors say. Two as-is runs are compared too: a workload whose own outputs change from run to run
 (unseeded inputs) cannot be checked this way, and the record says so instead of blaming the port.
 Alternatively a user command (``--check``) decides: it gets both arms' output folders.
 """
@@ -69,8 +72,78 @@ def compare_runs(ref: ArmRun, got: ArmRun, tol: dict[str, float]) -> dict[str, A
     return res
 
 
+ARM_WORDS = {"as_is": "the as-is arm", "routed": "the routed arm"}
+
+
+def _arm_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [r for r in rows if r.get("passed") is not None]
+    failed = [r for r in judged if not r["passed"]]
+    out: dict[str, Any] = {"checked": len(judged), "passed": (not failed) if judged else None, "failed": failed[:5]}
+    fro = [r["rel_fro"] for r in judged if isinstance(r.get("rel_fro"), (int, float))]
+    if fro:
+        out["max_rel_fro"] = max(fro)
+    unjudged = [r for r in rows if r.get("passed") is None]
+    if unjudged:
+        out["not_checked"] = unjudged[:3]
+    return out
+
+
+def oracle_check(a: ArmRun, b: ArmRun, samples: int) -> dict[str, Any]:
+    """Which arm is right on the sampled calls: each arm's outputs against the family's fp32 oracle."""
+    res: dict[str, Any] = {"runs": [a.label, b.label], "samples_per_item": samples,
+                           "as_is": _arm_summary(a.status.get("oracle_checks") or []),
+                           "routed": _arm_summary(b.status.get("oracle_checks") or [])}
+    verdicts = {arm: res[arm]["passed"] for arm in ARM_WORDS}
+    if any(v is None for v in verdicts.values()):
+        missing = [ARM_WORDS[arm] for arm, v in verdicts.items() if v is None]
+        res["fails"] = "not_checked"
+        res["text"] = f"no oracle check for {' and '.join(missing)} (no sampled call could be checked)"
+        return res
+    wrong = [arm for arm, ok in verdicts.items() if not ok]
+    res["fails"] = "none" if not wrong else wrong[0] if len(wrong) == 1 else "both"
+    if not wrong:
+        res["text"] = "both arms pass the fp32 oracle on the sampled calls"
+    else:
+        parts = []
+        for arm in wrong:
+            first = res[arm]["failed"][0]
+            parts.append(f"{ARM_WORDS[arm]} fails the fp32 oracle ({len(res[arm]['failed'])} of {res[arm]['checked']} sampled "
+                         f"calls; first: {first['shape']}, {first.get('error') or 'rel_fro ' + str(first.get('rel_fro'))})")
+        right = [ARM_WORDS[arm] for arm in ARM_WORDS if arm not in wrong]
+        res["text"] = "; ".join(parts) + (f"; {right[0]} passes it" if right else "")
+    return res
+
+
 def check_outputs(a_first: ArmRun, b_first: ArmRun, a_again: ArmRun, items: list[dict[str, Any]],
-                  check_cmd: str | None, env: dict[str, str]) -> dict[str, Any]:
+                  check_cmd: str | None, env: dict[str, str], oracle: dict[str, Any] | None = None) -> dict[str, Any]:
+    res = _check_outputs(a_first, b_first, a_again, items, check_cmd, env)
+    return judge_with_oracle(res, oracle) if oracle is not None else res
+
+
+def judge_with_oracle(res: dict[str, Any], oracle: dict[str, Any]) -> dict[str, Any]:
+    """The output verdict with the oracle's word on which arm is right.
+
+    A routed arm that fails the oracle fails. Saved tensors that differ because the as-is arm fails
+    the oracle (and the routed arm passes it) pass, and the note names the as-is arm. Without saved
+    tensors, the oracle alone decides."""
+    res = dict(res, oracle=oracle)
+    fails = oracle.get("fails")
+    if fails in ("routed", "both"):
+        res["passed"], res["judged_by"] = False, "oracle"
+        res["error"] = "; ".join(x for x in (oracle["text"], res.get("error")) if x)
+    elif fails == "as_is" and res.get("passed") is not True and res.get("method") != "command":
+        differ = res.get("passed") is False
+        res["passed"], res["judged_by"] = True, "oracle"
+        res["note"] = (("the arms' outputs differ because " if differ else "") + oracle["text"]
+                       + ": the routed arm is the right one" + (f" (saved tensors: {res.pop('error')})" if res.get("error") else ""))
+    elif fails == "none" and res.get("method") == "none":
+        res["method"], res["passed"], res["judged_by"] = "oracle", True, "oracle"
+        res["note"] = oracle["text"] + " (the workload saved no outputs: the sampled calls decide)"
+    return res
+
+
+def _check_outputs(a_first: ArmRun, b_first: ArmRun, a_again: ArmRun, items: list[dict[str, Any]],
+                   check_cmd: str | None, env: dict[str, str]) -> dict[str, Any]:
     tol = merged_tolerance(items)
     if check_cmd:
         return _user_check(check_cmd, a_first, b_first, env)

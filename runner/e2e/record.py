@@ -66,8 +66,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
     per_run_b = [sum((r.status.get("item_calls") or {}).values()) for r in timed_b]
     per_run_a = [sum((r.status.get("item_calls") or {}).values()) for r in timed_a]
     if per_run_a and per_run_b and per_run_a != per_run_b:
-        notes.append(f"the routed arm routed {per_run_b} call(s) per run, the as-is arm would have routed {per_run_a}: "
-                     "the arms did not run the same calls")
+        notes.append(count_mismatch_note(per_run_a, per_run_b, timed_a[-1].status, last_b, spec.items))
     steps_a = {int(r.status.get("steps") or 0) for r in timed_a}
     steps_b = {int(r.status.get("steps") or 0) for r in timed_b}
     if steps_a != steps_b:
@@ -82,6 +81,9 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         summary += f"; GPU kernel time gain {gk['gain_pct']:+.2f}%"
     summary += f"; projected {sum(proj):+.2f}% of GPU time" if proj else "; no projection (the plan has no speedup prior)"
     summary += f"; outputs {out_verdict.replace('_', ' ')}"
+    oracle = outputs.get("oracle") or {}
+    if oracle.get("text"):
+        summary += f" ({oracle['text']})"
     rec: dict[str, Any] = {
         "schema_version": 1,
         "kind": KIND,
@@ -124,10 +126,32 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
                                 "time, s the card's expected isolated speedup for its recipe"},
         "outputs": outputs,
         "verdict": "e2e_outputs_failed" if out_verdict == "failed" else f"e2e_{wall['speed']}",
-        "verdict_detail": {"outputs": out_verdict, "speed": wall["speed"]},
+        "verdict_detail": {"outputs": out_verdict, "speed": wall["speed"],
+                           **({"oracle_fails": oracle["fails"]} if oracle.get("fails") else {})},
         "reason": summary,
     }
     return _clean(rec)
+
+
+def count_mismatch_note(per_run_a: list[int], per_run_b: list[int], a: dict, b: dict, items: list[dict]) -> str:
+    """Why the arms' call counts differ: per plan item, and the calls only one arm passed through (with
+    the reason each was not routed), from the last run of each arm."""
+    ia, ib = a.get("item_calls") or {}, b.get("item_calls") or {}
+    per_item = [f"{it['card']} {','.join(f'{k}={v}' for k, v in it['shape'].items())}: as-is {ia.get(it['id'], 0)}, "
+                f"routed {ib.get(it['id'], 0)}" for it in items if ia.get(it["id"], 0) != ib.get(it["id"], 0)]
+    pa = {(p["op"], p["reason"]): p["calls"] for p in a.get("passed") or []}
+    pb = {(p["op"], p["reason"]): p["calls"] for p in b.get("passed") or []}
+    passed = [f"{op} '{reason}': as-is {pa.get((op, reason), 0)}, routed {pb.get((op, reason), 0)}"
+              for op, reason in sorted(set(pa) | set(pb)) if pa.get((op, reason), 0) != pb.get((op, reason), 0)]
+    text = (f"the routed arm routed {per_run_b} call(s) per run, the as-is arm would have routed {per_run_a}: the arms "
+            f"did not run the same calls")
+    if per_item:
+        text += "; per plan item (last runs): " + "; ".join(per_item[:6])
+    if passed:
+        text += "; calls not routed, by reason, that differ between the arms: " + "; ".join(passed[:6])
+    if not per_item and not passed:
+        text += " (the last runs agree: the counts changed from run to run, e.g. a data-dependent number of calls)"
+    return text
 
 
 def _clean(x: Any) -> Any:

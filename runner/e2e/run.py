@@ -28,6 +28,8 @@ from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan
 
 Progress = Callable[[str], None]
+# Calls per plan item whose output each arm's warm-up run checks against the family's fp32 oracle.
+ORACLE_SAMPLES = 2
 
 
 def _median(xs: list[float]) -> float:
@@ -158,11 +160,12 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
 
         compared = {"A1", "B1", "AA2"}  # the runs whose saved tensors the output check reads
 
-        def arm(a: str, label: str) -> ArmRun:
+        def arm(a: str, label: str, oracle: int = 0) -> ArmRun:
             say(f"run {label} ({'routed' if a == 'B' else 'as-is'})")
-            return run_arm(cmd, a, label, tmp, spec_path, base_env, extra_env, timeout, save=label in compared)
+            return run_arm(cmd, a, label, tmp, spec_path, base_env, extra_env, timeout, save=label in compared, oracle=oracle)
 
-        wa, wb = arm("A", "warmup-A"), arm("B", "warmup-B")
+        # The warm-up runs (never timed) also check sampled calls of each arm against the oracle.
+        wa, wb = arm("A", "warmup-A", ORACLE_SAMPLES), arm("B", "warmup-B", ORACLE_SAMPLES)
         _check_hook(cmd, wa)
         _check_hook(cmd, wb)
         _fail_arms(cmd, wa, wb)
@@ -186,10 +189,11 @@ def run_e2e(cmd: list[str], plan: Plan, index: SkillIndex, *, backend: str | Non
             prof_b = run_profiled(cmd, "B", "profiled-B", tmp, spec_path, base_env, extra_env, window)
             _fail_arms(cmd, prof_a, prof_b)
 
-        from skillrun.e2e.outputs import check_outputs
+        from skillrun.e2e.outputs import check_outputs, oracle_check
         from skillrun.e2e.record import build_record, write_record
 
-        outputs = check_outputs(timed_a[0], timed_b[0], aa2, spec.items, check_cmd, base_env)
+        outputs = check_outputs(timed_a[0], timed_b[0], aa2, spec.items, check_cmd, base_env,
+                                oracle=oracle_check(wa, wb, ORACLE_SAMPLES))
         measured = _measure(timed_a, timed_b, aa1, aa2, skip_steps, prof_a, prof_b, spec)
         rec = build_record(cmd=cmd, spec=spec, index=index, be=be, plan=plan, plan_source=plan_source,
                            command_line=command_line, warm=(wa, wb), timed_a=timed_a, timed_b=timed_b, aa=(aa1, aa2),

@@ -61,6 +61,7 @@ def build_spec(plan: Plan, index: SkillIndex, runs_here: tuple[str, ...], includ
             "config": dict(it.config or {}),
             "shape": dict(it.shape),
             "route": route,
+            "problem": card.references["problem"],
             "pct_gpu": it.pct_gpu,
             "expected_speedup": it.expected_speedup,
             "projected_gain_pct": it.projected_e2e_gain_pct,

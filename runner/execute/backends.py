@@ -133,7 +133,7 @@ class Backend:
     @staticmethod
     def _needs(rb: str) -> str:
         return {"flydsl": "an AMD GPU (ROCm)", "ck": "an AMD GPU (ROCm)", "triton": "a GPU, or the CPU interpreter",
-                "cublas": "an NVIDIA GPU"}.get(rb, "a GPU")
+                "cublas": "an NVIDIA GPU", "gluon": "an NVIDIA GPU (Gluon has no interpreter)"}.get(rb, "a GPU")
 
     def baseline_ref(self, references: dict[str, Any]) -> str | None:
         return (references.get("baseline") or {}).get(self.kind)
@@ -155,7 +155,7 @@ class Backend:
 class CudaBackend(Backend):
     kind = "cuda"
     torch_device = "cuda"
-    runs = ("triton", "torch", "cublas")
+    runs = ("triton", "gluon", "torch", "cublas")
     compiles = ()
 
 

@@ -7,7 +7,9 @@
 Phases per item (each a child process, see isolate.py):
   A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
      built and gated on the fp32 oracle over fresh seeds with a poisoned output.
-  B. session, one child: every candidate that built, together: output aliasing, slot integrity
+  B. session, one child: every candidate that built, together (first probed by the launch
+     watchdog, watchdog.py, on a GPU: a slot whose first launches do not return in time is
+     recorded ``timeout`` and left out, the others are timed): output aliasing, slot integrity
      (profiler names), then same-session interleaved timing with an A/A copy of the reference;
      the port is untrusted code: inputs checksummed around every call, new input content on every
      timed visit with randomly sampled outputs checked, timed rounds profiled in place (worker.py).
@@ -28,7 +30,8 @@ from skillrun.execute.backends import Backend, make_backend
 from skillrun.execute.isolate import run_task
 from skillrun.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
 from skillrun.execute.proxy import proxy_shape
-from skillrun.execute.stats import aa_noise, summarize
+from skillrun.execute.stats import aa_noise, engine_facts, summarize, timing_warnings
+from skillrun.execute.watchdog import GPU_DEADLINE_S
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan, PlanItem
@@ -57,6 +60,10 @@ class ExecOptions:
     max_timing_s: float | None = 120.0
     arch: str | None = None  # target arch for selection / compile-only checks on a CPU
     isolation: str | None = None  # "spawn" (fresh interpreter per task; GPU default) | "fork" (zygote; CPU default)
+    # Launch watchdog (watchdog.py): each candidate's build and launches in the parity gate, and each
+    # slot's first launches probed before the timed session, under this deadline. None = the backend's default (on a GPU: watchdog.GPU_DEADLINE_S; off on the CPU, where
+    # every kernel is host code the overall timeout already bounds); 0 = off.
+    launch_timeout_s: float | None = None
     command: str | None = None
 
     @classmethod
@@ -87,6 +94,11 @@ class _Ctx:
     profile_source: str | None
     tol: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def launch_deadline(self) -> float:
+        """The launch watchdog's deadline (watchdog.py); 0 = off."""
+        o = self.opts.launch_timeout_s
+        return float(o) if o is not None else (GPU_DEADLINE_S if self.be.gpu else 0.0)
 
     def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
         iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
@@ -289,6 +301,8 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
             "tolerance": ctx.tol}
+    if ctx.launch_deadline():
+        task["launch_deadline_s"] = ctx.launch_deadline()
     res = ctx.run(task, ctx.item.backend)
     res["name"], res["ref"], res["role"] = name, ref, role
     if res["status"] == "error" and role != "port" and str(res.get("error") or "").startswith(UNAVAILABLE_PREFIXES):
@@ -298,6 +312,9 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
         res["parity"] = {"passed": False, "supported": False, "error": f"unavailable: {res['error']}"}
     elif res["status"] == "error":
         res["parity"] = {"passed": False, "supported": True, "error": (res.get("error") or "failed") + _tail(res)}
+        if role != "port" and res.get("fault") == "timeout":  # a hung reference is named as such in references
+            res["status"] = "timeout"
+            res["error"] = f"{ref} ({config or 'default config'}): {res.get('error')}"
     return res
 
 
@@ -378,7 +395,10 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                    "l2_bytes": be.facts.l2_bytes, "cuda_graph": opts.cuda_graph, "max_sets": opts.max_sets,
                    "max_seconds": opts.max_timing_s},
     }
+    if ctx.launch_deadline():
+        task["watchdog"] = {"deadline_s": ctx.launch_deadline()}
     ses = ctx.run(task, rec["recipe"]["backend"])
+    _watchdog_outcome(ctx, rec, ses, base, alts)
     if ses["status"] != "ok":
         rec.update(verdict="error", reason=f"integrity/timing session failed: {ses.get('error')}{_tail(ses)}")
         _two_axis(ctx, rec, port, base, alts, problem="the integrity/timing session failed")
@@ -406,7 +426,27 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
                           "integrity checked on host ops; no GPU timing was possible")
         _two_axis(ctx, rec, port, base, alts)
         return
+    if not (ses["timing"].get("samples") or {}).get("port"):
+        rec.update(speedup=None, verdict="error",
+                   reason="no timed sample of the port was kept (every round was dropped as unheld or throttled)")
+        _two_axis(ctx, rec, port, base, alts, problem="no timed sample of it was kept")
+        return
     _timing(ctx, rec, ses, base, alts, shape, port)
+
+
+def _watchdog_outcome(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alts: list[dict]) -> None:
+    """The launch watchdog's record into the artifact; a reference it dropped gets its status (timeout, ...)."""
+    wd = ses.get("watchdog")
+    if not wd:
+        return
+    rec["watchdog"] = wd
+    by_slot = {"baseline": base, **{f"alt:{a['name']}": a for a in alts}}
+    for slot, why in wd["dropped"].items():
+        ctx.notes.append(f"watchdog: slot {slot} left out of the timed session: {why['reason'][:400]}")
+        r = by_slot.get(slot)
+        if r is not None:
+            r["status"] = why["status"] if why["status"] in ("timeout", "crashed") else "error"
+            r["error"] = f"watchdog: {why['reason']}"
 
 
 def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict], str | None, float | None]:
@@ -415,12 +455,19 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
     samples: dict[str, list[float]] = t["samples"]
     stats = {slot: summarize(v) for slot, v in samples.items() if v}
     timing: dict[str, Any] = {
-        "method": t["method"] + (", CUDA-graph replay" if ses.get("cuda_graph") else ""),
+        "method": t["method"] + ((f", CUDA-graph replay of {t['repeat']} back-to-back calls per sample (input sets rotating), "
+                                  "reported per call" if t.get("repeat", 1) > 1 else ", CUDA-graph replay")
+                                 if ses.get("cuda_graph") else ""),
         "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
-        "interleaved": "same process, one launch per slot per round, slot order reversed every other round",
+        "interleaved": ("same process, one launch per slot per round; positions balanced (blocks of one round per slot, "
+                        "a random order rotated through every position)" if "raw" in t else
+                        "same process, one launch per slot per round, slot order reversed every other round"),
         "input_sets": ses.get("input_sets"), "bytes_per_set": ses.get("bytes_per_set"),
         "port_ms": stats["port"],
     }
+    timing.update(engine_facts(t))
+    if "repeat" in t:
+        timing["repeat"] = t["repeat"]
     if "baseline" in stats:
         timing["baseline_ms"] = stats["baseline"]
     alt_stats = {k[4:]: v for k, v in stats.items() if k.startswith("alt:") and not k.endswith("#aa")}
@@ -433,6 +480,9 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
         timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
         timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
         noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    timing["warnings"] = timing_warnings(timing, stats, noise_pct)
+    if not timing["warnings"]:
+        del timing["warnings"]
     return timing, stats, aa_slot, noise_pct
 
 
@@ -555,7 +605,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
         if r["status"] == "missing":
             continue
         name = base_name if slot == "baseline" else r["name"]
-        status = r["status"] if r["status"] in ("ok", "unsupported", "unavailable") else "error"
+        status = r["status"] if r["status"] in ("ok", "unsupported", "unavailable", "timeout", "crashed") else "error"
         median = stats[slot]["median"] if stats and slot in stats else None
         why = None
         if median is not None and slot in gates and not gates[slot].get("passed", False):
@@ -591,4 +641,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             entries[-1]["timing_note"] = o.why_not_comparable
     rec["references"] = entries
     rec["verdict_text"] = dec.text
+    if dec.fastest_production:
+        e = next(x for x in entries if x["name"] == dec.fastest_production)
+        rec["fastest_production"] = {"name": e["name"], "kernel": e["kernel"], "median_ms": e["median_ms"], "speedup": e["speedup"]}
     return dec

@@ -136,9 +136,32 @@ atexit.register(_ZYGOTE.stop)
 
 def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | None] | None = None,
              isolation: str = "spawn") -> dict[str, Any]:
-    """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``."""
+    """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``.
+
+    A session task that carries ``watchdog`` (``{"deadline_s": s}``) first has its slots probed
+    under that deadline (watchdog.py): slots that hang, crash or raise are left out, the rest are
+    timed, and the result carries the watchdog's record. This is the one place the harness and the
+    tuner (inline, local lanes, Ray) start sessions, so every one of them is guarded."""
+    if task.get("kind") == "session" and task.get("watchdog"):
+        from skillrun.execute import watchdog
+
+        kept, record = watchdog.admit(task, env=env)
+        if task["port_slot"] in record["dropped"]:
+            why = record["dropped"][task["port_slot"]]
+            return {"status": "error", "fault": why["status"], "error": f"watchdog: {why['reason']}",
+                    "watchdog": record, "wall_s": 0.0}
+        res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
+        res["watchdog"] = record
+        return res
     with tempfile.TemporaryDirectory(prefix="skillrun-child-") as tmp:
         d = Path(tmp)
+        clock = None
+        if task.get("launch_deadline_s"):
+            from skillrun.execute.watchdog import LaunchClock
+
+            task = {**task, "progress": str(d / "progress.jsonl")}
+            cfg = ", ".join(f"{k}={v}" for k, v in sorted((task.get("config") or {}).items())) or "default config"
+            clock = LaunchClock(d / "progress.jsonl", float(task["launch_deadline_s"]), f"{task.get('ref')} ({cfg})")
         (d / "task.json").write_text(json.dumps(task))
         t0 = time.perf_counter()
         code, timed_out = None, False
@@ -153,8 +176,9 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
                 code, timed_out = _ZYGOTE.run(req, base, env or {})
             except (RuntimeError, OSError, ValueError):
                 code = None  # fall back to a fresh interpreter below
+        stuck = None
         if code is None:
-            code, timed_out, err = _spawn(d, timeout_s, env)
+            code, timed_out, err, stuck = _spawn(d, timeout_s, env, clock)
             if err:
                 return {"status": "error", "error": err, "wall_s": 0.0}
         wall = time.perf_counter() - t0
@@ -169,13 +193,15 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
                 return res
             except json.JSONDecodeError as exc:
                 return {"status": "error", "error": f"unreadable child result: {exc}", "wall_s": round(wall, 3)}
-        msg = f"timed out after {timeout_s:g} s (hang?); child killed" if timed_out else describe_exit(code)
+        msg = stuck or (f"timed out after {timeout_s:g} s (hang?); child killed" if timed_out else describe_exit(code))
         tail = _tail(d / "stderr") or _tail(d / "stdout")
         return {"status": "error", "error": msg, "fault": "timeout" if timed_out else "crash", "exit_code": code,
                 "stderr_tail": tail, "wall_s": round(wall, 3)}
 
 
-def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None) -> tuple[int, bool, str | None]:
+def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,
+           clock: Any = None) -> tuple[int, bool, str | None, str | None]:
+    """(exit code, timed out, error starting it, the launch watchdog's reason when it ended the child)."""
     out, err = open(d / "stdout", "wb"), open(d / "stderr", "wb")
     try:
         proc = subprocess.Popen(
@@ -185,18 +211,26 @@ def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None) -> tupl
     except OSError as exc:
         out.close()
         err.close()
-        return -1, False, f"cannot start child: {exc}"
-    timed_out = False
+        return -1, False, f"cannot start child: {exc}", None
+    timed_out, stuck = False, None
+    end = time.monotonic() + timeout_s
     try:
-        code = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: it and anything it spawned
-        except ProcessLookupError:
-            pass
-        code = proc.wait()
+        while True:
+            try:
+                code = proc.wait(timeout=min(0.1, max(0.0, end - time.monotonic())) if clock else timeout_s)
+                break
+            except subprocess.TimeoutExpired:
+                stuck = clock.stuck() if clock else None
+                if stuck is None and time.monotonic() < end:
+                    continue
+                timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: it and anything it spawned
+                except ProcessLookupError:
+                    pass
+                code = proc.wait()
+                break
     finally:
         out.close()
         err.close()
-    return code, timed_out, None
+    return code, timed_out, None, stuck

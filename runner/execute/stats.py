@@ -47,3 +47,70 @@ def aa_noise(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
         "aa_ratio_p90": percentile(ratios, 90),
         "aa_medians_pct": abs(1.0 - percentile(a, 50) / percentile(b, 50)) * 100.0,
     }
+
+
+def engine_facts(t: dict) -> dict:
+    """What the timing engine recorded beyond the kept samples, for the artifact (raw samples,
+    per-round facts, the hold, position effect, the profiler's second clock). Empty for sessions
+    from an engine that recorded none of it."""
+    out: dict = {}
+    if "raw" in t:
+        out["raw_samples"] = {slot: {"ms": [round(x, 6) for x in cols["ms"]], "round": cols["round"],
+                                     "position": cols["position"], "set": cols["set"], "kept": cols["kept"]}
+                              for slot, cols in t["raw"].items()}
+    ri = t.get("round_info")
+    if ri:
+        clocks = [c for c in ri.get("clock_mhz") or [] if isinstance(c, (int, float))]
+        out["rounds_info"] = {"held": ri.get("held"), "throttled": ri.get("throttled"),
+                              "clock_mhz": ri.get("clock_mhz") if clocks else None,
+                              "queue_us": ri.get("queue_us")}
+    if "unheld_rounds" in t:
+        out["hold"] = {"used": bool(t.get("held")), "final_us": round(t["hold_us"], 1) if t.get("hold_us") else None,
+                       "unheld_rounds": t.get("unheld_rounds", 0), "throttled_rounds": t.get("throttled_rounds", 0),
+                       "ineffective": bool(t.get("hold_ineffective")),
+                       "how": ("a device-side spin (torch.cuda._sleep, calibrated in SM cycles) queued before each round, "
+                               "sized to outlast the host's queuing of the round; a round whose spin had ended before "
+                               "the last launch was queued is not kept")
+                       if t.get("held") else "none (host timer or hold disabled)"}
+    if t.get("position_effect"):
+        out["position_effect"] = t["position_effect"]
+    prof = {k: v for k, v in (t.get("profiler_ms") or {}).items() if v}
+    if prof:
+        out["second_clock"] = {"method": "torch.profiler device activity: busy time of the slot's kernels in each observed launch",
+                               "median_ms": {k: round(percentile(v, 50), 6) for k, v in prof.items()},
+                               "launches": {k: len(v) for k, v in prof.items()}}
+    return out
+
+
+def timing_warnings(timing: dict, stats: dict, noise_pct: float | None) -> list[str]:
+    """Named warnings a reviewer must see: a position effect above the noise floor, unheld or throttled
+    rounds, and a second clock that disagrees with the events beyond the noise."""
+    out = []
+    floor = max(noise_pct or 0.0, 1.0)
+    pe = timing.get("position_effect") or {}
+    if pe.get("max_pct", 0) > floor:
+        out.append(f"position effect: {pe['slot']}'s median differs by {pe['max_pct']:.1f}% between positions in the round "
+                   f"(noise floor {floor:.1f}%); positions are balanced, so no slot is favoured, but the spread is real")
+    hold = timing.get("hold") or {}
+    if hold.get("ineffective"):
+        out.append(f"the hold did not cover {hold['unheld_rounds']} of the rounds: a slot waits for the host inside its "
+                   "launch (eager code that synchronizes), so launches after it in a round may include idle-device "
+                   "gaps; those rounds were kept (positions are balanced) rather than losing the slot")
+    elif hold.get("unheld_rounds"):
+        out.append(f"{hold['unheld_rounds']} round(s) started before the round was fully queued (hold too short) "
+                   "and were left out; the hold was lengthened")
+    if hold.get("throttled_rounds"):
+        out.append(f"{hold['throttled_rounds']} round(s) ran with the SM clock below 75% of the highest seen and were left out")
+    sc = (timing.get("second_clock") or {}).get("median_ms") or {}
+    port_k = sc.get("port")
+    if port_k and "port" in stats:
+        for slot, k in sc.items():
+            if slot == "port" or slot.endswith("#aa") or slot not in stats or not k:
+                continue
+            ev = stats[slot]["median"] / stats["port"]["median"]
+            kr = k / port_k
+            diff = 100.0 * abs(kr / ev - 1.0)
+            if diff > max(floor, 3.0):
+                out.append(f"second clock disagrees for {slot}: events say {ev:.3f}x, profiler kernel durations "
+                           f"{kr:.3f}x ({diff:.1f}% apart)")
+    return out

@@ -2,6 +2,7 @@
 
 Tasks (JSON):
   candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
+  probe      the launch watchdog's probe (watchdog.py): each slot's first launches, progress written around each
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
@@ -21,6 +22,7 @@ pydantic models), so the child runs on a device image that lacks the runner's ex
 from __future__ import annotations
 
 import importlib
+import math
 import json
 import os
 import random
@@ -88,6 +90,22 @@ def _fp32_oracle_precision() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
+def _progress(task: dict):
+    """A writer of the launch watchdog's progress lines (watchdog.LaunchClock), or a no-op.
+
+    Written, flushed and synced before each step, so a step that never returns is still named."""
+    path = task.get("progress")
+    if not path:
+        return lambda event, what="": None
+
+    def note(event: str, what: str = "") -> None:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"event": event, "what": what}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return note
+
+
 def candidate(task: dict) -> dict:
     from skillrun_kernels.protocol import UnsupportedShape
 
@@ -103,8 +121,11 @@ def candidate(task: dict) -> dict:
     for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
         result[key] = float(getattr(problem, fn)(shape))
     tol = parity.tolerance_of(task.get("tolerance"))
+    note = _progress(task)
     try:
+        note("start", "its build")
         launch, build_s = _build(task["ref"], shape, task.get("config") or {}, device)
+        note("done")
     except UnsupportedShape as exc:
         result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
         return result
@@ -122,12 +143,14 @@ def candidate(task: dict) -> dict:
             return result
         before = integrity.digests(inputs)
         try:
+            note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
             prepared = launch.prepare(inputs)
             out = problem.output_like(shape, device)
             marker = parity.poison(out)
             t0 = time.perf_counter()
             res = _run_once(launch, prepared, out, sync)
             first_s = time.perf_counter() - t0
+            note("done")
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
@@ -158,9 +181,9 @@ def _storage_bytes(objs) -> int:
     return total
 
 
-# How much more a port may slow down under the profiler than the reference does before its timed
-# rounds are taken to run other code when not observed (GPU eager timing only: on a CPU the host
-# profiler's cost grows with the number of ops, and a replayed CUDA graph runs no port code at all).
+# How much more a port may slow down under the profiler than the reference does (each against its own
+# plain launches at the same positions) before its timed rounds are taken to run other code when not
+# observed. Eager launches only: a replayed CUDA graph runs no port code at all.
 OBSERVER_EFFECT_LIMIT = 2.5
 
 
@@ -285,19 +308,27 @@ def _session(task: dict) -> dict:
 
         fns = {n: [call(n, j) for j in range(n_sets)] for n in launches}
         res["cuda_graph"] = False
+        repeat = 1
         if want_graphs:
             try:
-                graphs = {}
                 for n in launches:
-                    gl = []
                     for j, f in enumerate(fns[n]):
                         f()  # warm on the side of capture (Triton JIT, cuBLAS handles)
                         sync()
                         sets.check(n, j, "graph warm-up call")
+                repeat = graph_repeat(tcfg, {n: fns[n][0] for n in launches}, n_sets)
+                graphs = {}
+                for n in launches:
+                    gl = []
+                    for j in range(n_sets):
+                        # One sample = `repeat` calls back to back, rotating through the input sets from j
+                        # (each call reads operands another set evicted from L2), as a model runs kernels:
+                        # the device stays at its sustained clock, not the boost of a lone launch.
                         g = torch.cuda.CUDAGraph()
                         with torch.cuda.graph(g):
-                            f()
-                        cap = holder[n]  # a replay rewrites the tensor the captured call returned
+                            for k in range(repeat):
+                                fns[n][(j + k) % n_sets]()
+                        cap = holder[n]  # a replay rewrites the tensor the last captured call returned
 
                         def replay(g=g, n=n, cap=cap):
                             g.replay()
@@ -307,11 +338,15 @@ def _session(task: dict) -> dict:
                 fns = graphs
                 res["cuda_graph"] = True
             except Exception as exc:
+                repeat = 1
                 res["notes"].append(f"CUDA graph capture failed ({str(exc)[:200]}); timed eager launches")
+        last_set = lambda j: (j + repeat - 1) % n_sets  # noqa: E731  the set the sample's last call read
         sets.in_place = bool(res["cuda_graph"])  # only captured graphs need prepare's operands copied in place
         aa = task.get("aa_slot")
         if aa in fns:
-            fns[f"{aa}#aa"] = fns[aa]
+            # The A/A copy launches the same work through its own callables, marked as the copy, so an
+            # injected test timer can tell the two apart whatever position the engine gives them.
+            fns[f"{aa}#aa"] = [_aa_copy(f) for f in fns[aa]]
         between = None
         if tcfg.get("cold_l2") == "flush" and tcfg.get("l2_bytes") and use_device:
             flush = torch.empty(2 * int(tcfg["l2_bytes"]), dtype=torch.uint8, device=device)
@@ -335,7 +370,7 @@ def _session(task: dict) -> dict:
                 # rounds): at call time the choice does not exist yet, so no port can know it.
                 if need > 0 and (rng.random() * left < need or (info["last"] and seen["checked"] == 0)):
                     seen["checked"] += 1
-                    ref = sets.oracle(j)
+                    ref = sets.oracle(last_set(j))
                     for n in launches:
                         m = parity.compare(holder[n], ref, tol)
                         sampled[n]["checked"] += 1
@@ -349,8 +384,15 @@ def _session(task: dict) -> dict:
 
         t = timing.interleave(fns, timer, rounds, int(tcfg.get("warmup", 10)), between, tcfg.get("max_seconds"),
                               observe=int(tcfg.get("observe_rounds", 3)), observer=observer, after_round=after_round, rng=rng)
-        res["timing"] = {"method": timer.method, **{k: t[k] for k in ("samples", "rounds", "warmup")},
-                         "observed_rounds": len(t["observed_rounds"])}
+        if repeat > 1:
+            per_call(t, repeat)
+        res["timing"] = {"method": timer.method, "repeat": repeat,
+                         **{k: t[k] for k in ("samples", "rounds", "warmup", "raw", "round_info",
+                                                                       "position_effect", "unheld_rounds", "hold_ineffective", "throttled_rounds",
+                                                                       "observed", "observed_positions", "held", "hold_us")},
+                         "observed_rounds": len(t["observed_rounds"]),
+                         "profiler_ms": ({k: [x / repeat for x in v] for k, v in observer.kernel_ms().items()}
+                                         if use_device else {})}
         res["notes"].append(
             f"between timed rounds (never inside a measured launch): {seen['seconds']:.2f} s of input checksums, "
             f"{seen['checked']} sampled output checks and {sets.refreshes} input-content refreshes")
@@ -431,9 +473,9 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
         dev, host, rounds = observer.names(n)
         obs = {"rounds": rounds, "launches": len(rounds),
                "what": "graph replays (the captured kernels)" if graphs else "eager launches, profiled in place"}
-        samples, observed = t["samples"].get(n) or [], t["observed"].get(n) or []
-        if samples and observed:
-            obs["slowdown"] = round(_median(observed) / max(_median(samples), 1e-12), 4)
+        slow = observed_slowdown(t, n)
+        if slow is not None:
+            obs["slowdown"] = round(slow, 4)
         gate["observed_rounds"] = obs
         if n in observer.errors:
             problems.append(observer.errors[n])
@@ -441,11 +483,13 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
             og = _names_gate(n, launches, port, refs, dev, host, use_device, peers)
             if not og["passed"]:
                 problems.append(f"in timed round(s) {rounds} profiled in place: {og['reason']}")
-        if (n == port or n in peers) and use_device and not graphs and "slowdown" in obs:
+        if (n == port or n in peers) and not graphs and "slowdown" in obs:
+            # Against the reference's own observed/plain ratio at the same positions: the profiler's cost
+            # is shared, a port that runs other code when nobody watches is not (CPU wall timing too).
             ref = aa if aa in launches else next(iter(refs), None)
-            ref_obs = t["observed"].get(ref) or []
-            if ref and ref_obs and t["samples"].get(ref):
-                rel = obs["slowdown"] / max(_median(ref_obs) / max(_median(t["samples"][ref]), 1e-12), 1e-12)
+            ref_slow = observed_slowdown(t, ref) if ref else None
+            if ref_slow:
+                rel = obs["slowdown"] / max(ref_slow, 1e-12)
                 obs["slowdown_vs_reference"] = round(rel, 4)
                 if rel > OBSERVER_EFFECT_LIMIT:
                     problems.append(f"ran {obs['slowdown']:.2f}x slower when profiled than when not ({ref}: "
@@ -455,6 +499,75 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
         first = gate.get("reason") if not gate.get("passed", False) else None
         gate["passed"] = False
         gate["reason"] = "; ".join(([first] if first else []) + problems)
+
+
+# Graph replays: a sample holds enough back-to-back calls to last about this long (sustained load).
+SAMPLE_TARGET_MS = 2.0
+MAX_REPEAT = 32
+
+
+def graph_repeat(tcfg: dict, first: dict, n_sets: int) -> int:
+    """Calls per timed sample: ``tcfg["repeat"]`` if given, else enough for the fastest slot's
+    sample to last SAMPLE_TARGET_MS (one event-timed call of each slot, after warm-up)."""
+    want = tcfg.get("repeat")
+    if isinstance(want, int) and want >= 1:
+        return min(want, MAX_REPEAT)
+    import torch
+
+    fastest = None
+    for fn in first.values():
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ms = a.elapsed_time(b)
+        fastest = ms if fastest is None else min(fastest, ms)
+    if not fastest or fastest <= 0:
+        return 1
+    return max(1, min(MAX_REPEAT, math.ceil(float(tcfg.get("sample_ms", SAMPLE_TARGET_MS)) / fastest)))
+
+
+def per_call(t: dict, repeat: int) -> None:
+    """Samples of ``repeat`` back-to-back calls, as milliseconds per call."""
+    for v in t["samples"].values():
+        v[:] = [x / repeat for x in v]
+    for v in t["observed"].values():
+        v[:] = [x / repeat for x in v]
+    for cols in t["raw"].values():
+        cols["ms"] = [x / repeat for x in cols["ms"]]
+    pe = t.get("position_effect") or {}
+    for k, meds in (pe.get("median_ms_by_position") or {}).items():
+        pe["median_ms_by_position"][k] = [m / repeat if m is not None else None for m in meds]
+
+
+def _aa_copy(fn):
+    import functools
+
+    p = functools.partial(fn)
+    p.aa_copy = True
+    return p
+
+
+def observed_slowdown(t: dict, n: str) -> float | None:
+    """Median over slot n's observed launches of (observed ms / its plain median at the same position)."""
+    observed = t.get("observed", {}).get(n) or []
+    raw = (t.get("raw") or {}).get(n)
+    if not observed or not raw:
+        samples = t.get("samples", {}).get(n) or []
+        return _median(observed) / max(_median(samples), 1e-12) if observed and samples else None
+    by: dict[int, list[float]] = {}
+    for ms, pos, kept in zip(raw["ms"], raw["position"], raw["kept"]):
+        if kept:
+            by.setdefault(pos, []).append(ms)
+    kept_all = [x for v in by.values() for x in v]
+    if not kept_all:
+        return None
+    overall = _median(kept_all)
+    positions = (t.get("observed_positions") or {}).get(n) or [None] * len(observed)
+    ratios = [o / max(_median(by[p]) if p in by else overall, 1e-12) for o, p in zip(observed, positions)]
+    return _median(ratios)
 
 
 def _median(xs: list[float]) -> float:
@@ -468,7 +581,50 @@ def _is_host_kernel(launch) -> bool:
     return (launch.describe or {}).get("backend") in ("torch", "cpu")
 
 
-TASKS = {"candidate": candidate, "session": session}
+def probe(task: dict) -> dict:
+    """The watchdog's probe (watchdog.py): each slot built and launched in turn, progress written around it.
+
+    The parent reads the progress file to know which slot a hang belongs to; the lines are flushed
+    and synced before the launch so that a slot that never returns is still named."""
+    device = task["device"]
+    sync = _sync(device)
+    problem = importlib.import_module(task["problem"])
+    shape = dict(task["shape"])
+    inputs = problem.make_inputs(shape, 0, device)
+
+    def note(event: dict) -> None:
+        with open(task["progress"], "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    out: dict[str, Any] = {"status": "ok", "probes": {}}
+    for s in task["slots"]:
+        note({"slot": s["slot"], "event": "start"})
+        t0 = time.perf_counter()
+        try:
+            launch, _ = _build(s["ref"], shape, s.get("config") or {}, device)
+            prepared = launch.prepare(inputs)
+            buf = problem.output_like(shape, device)
+            for _ in range(max(1, int(task.get("launches", 1)))):
+                _run_once(launch, prepared, buf, sync)
+            ev = {"slot": s["slot"], "event": "ok", "seconds": round(time.perf_counter() - t0, 3)}
+            del launch, prepared, buf
+        except Exception as exc:  # this slot's error; the next slot is still probed
+            ev = {"slot": s["slot"], "event": "error", "seconds": round(time.perf_counter() - t0, 3),
+                  "reason": f"{type(exc).__name__}: {exc}"[:600]}
+            if device.startswith("cuda"):
+                try:
+                    sync()
+                except Exception:  # a sticky device error: later slots need a fresh context (a new child)
+                    note(ev)
+                    os._exit(3)
+        note(ev)
+        out["probes"][s["slot"]] = ev
+    return out
+
+
+TASKS = {"candidate": candidate, "session": session, "probe": probe}
 
 
 def main(argv: list[str]) -> int:

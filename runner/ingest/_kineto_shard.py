@@ -40,6 +40,12 @@ _STEP_RE = re.compile(rb'"cat"\s*:\s*"user_annotation"\s*,\s*"name"\s*:\s*"Profi
                       rb'\s*"tid"\s*:\s*(-?\d+)\s*,\s*"ts"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"dur"\s*:\s*(-?[0-9.eE+-]+)')
 
 
+# cudaStreamBeginCapture / hipStreamEndCapture …: the launches between them build a graph, they run nothing.
+_CAPTURE_RE = re.compile(rb'"cat"\s*:\s*"cuda_(?:runtime|driver)"\s*,\s*"name"\s*:\s*"(?:cuda|hip|cu)Stream(Begin|End)Capture[^"]*"'
+                         rb'\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*(-?\d+)\s*,\s*"ts"\s*:\s*(-?[0-9.eE+-]+)')
+_CAPTURE_TOKEN = re.compile(rb'Stream(?:Begin|End)Capture')
+
+
 _RX_CACHE: dict = {}
 
 
@@ -162,6 +168,7 @@ class Shard:
         self.kdev: list[int] = []
         self.kgraph: list[int] = []
         self.kgrid: dict[int, dict] = {}  # name id → {(grid, block): calls}
+        self.klaunch: dict[int, dict] = {}  # name id → launch facts of its first call (registers, shared memory)
         self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts)
         self.graph_launches = 0
         self.hip = False  # hip* launch APIs seen (ROCm build of torch)
@@ -177,6 +184,10 @@ class Shard:
         self.events_bad = 0
         self._nest: Optional[dict] = None
         self.steps: list[tuple] = []  # ProfilerStep annotations: (tid, start, end)
+        self.capture_marks: list[tuple] = []  # (tid, ts, is_begin) of stream-capture begin/end calls
+        # thread and time of every kernel-launch call (…Launch…), to count those inside a capture
+        self.launch_tid = array("q")
+        self.launch_ts = array("d")
 
     # ------------------------------------------------------------------ shared helpers
     def _name_id(self, raw: Any) -> int:
@@ -211,6 +222,17 @@ class Shard:
         g = args.get("graph id")
         self.kgraph.append(1 if (g is not None and g != 0 and g != -1) else 0)
         self._count_grid(nid, args.get("grid"), args.get("block"))
+        if nid not in self.klaunch:
+            self._note_launch(nid, args)
+
+    def _note_launch(self, nid: int, args: dict) -> None:
+        """CUPTI's per-kernel launch facts, from the first call of each kernel."""
+        facts = {}
+        for key, out in (("registers per thread", "registers_per_thread"), ("shared memory", "shared_mem_bytes")):
+            v = args.get(key)
+            if type(v) is int and v >= 0:
+                facts[out] = v
+        self.klaunch[nid] = facts
 
     def _count_grid(self, nid: int, grid: Any, block: Any) -> None:
         # Launch geometry differs per call (shape); the profile reports the most common one.
@@ -234,6 +256,9 @@ class Shard:
             self.cuda = True
         if graph:
             self.graph_launches += 1
+        if "Launch" in name:
+            self.launch_tid.append(tid if isinstance(tid, int) else -1)
+            self.launch_ts.append(ts)
         self.launches[corr] = (_int(args.get("External id")), graph, tid, ts)
 
     # ------------------------------------------------------------------ slow path: parsed events
@@ -271,6 +296,8 @@ class Shard:
                 sig = orjson.dumps(sub)[1:-1] if sub else b""
                 self.ops[ext] = (self._opkey(name, sig), ts, dur or 0.0, _tid(ev.get("tid")))
             else:
+                if "Capture" in name and ("BeginCapture" in name or "EndCapture" in name) and ts is not None:
+                    self.capture_marks.append((_tid(ev.get("tid")), ts, "BeginCapture" in name))
                 self._launch(name, _tid(ev.get("tid")), ts if ts is not None else -1.0, args)
 
     def _step(self, ev: dict) -> None:
@@ -278,6 +305,35 @@ class Shard:
         ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
         if isinstance(name, str) and name.startswith("ProfilerStep#") and ts is not None and dur is not None:
             self.steps.append((_tid(ev.get("tid")), ts, ts + dur))
+
+    def _scan_captures(self, buf: bytes) -> None:
+        if b"Capture" not in buf:
+            return
+        found = [(int(m.group(2)), float(m.group(3)), m.group(1) == b"Begin") for m in _CAPTURE_RE.finditer(buf)]
+        if len(found) != len(_CAPTURE_TOKEN.findall(buf)):
+            raise ChunkMismatch("capture event layout")  # the slow path reads them field by field
+        self.capture_marks.extend(found)
+
+    def captured_launches(self) -> int:
+        """Launches recorded between a stream-capture begin and end on the same thread (windows
+        whose two ends fall in this shard)."""
+        by_tid: dict = {}
+        for tid, ts, begin in sorted(self.capture_marks, key=lambda m: m[1]):
+            w = by_tid.setdefault(tid, [])
+            if begin:
+                w.append([ts, None])
+            elif w and w[-1][1] is None:
+                w[-1][1] = ts
+        windows = {tid: [(a, b) for a, b in w if b is not None] for tid, w in by_tid.items()}
+        if not any(windows.values()):
+            return 0
+        n = 0
+        for tid, ts in zip(self.launch_tid, self.launch_ts):
+            for a, b in windows.get(tid, ()):
+                if a <= ts <= b:
+                    n += 1
+                    break
+        return n
 
     def _scan_steps(self, buf: bytes) -> None:
         if b"ProfilerStep#" not in buf:
@@ -294,11 +350,13 @@ class Shard:
         parsed later, and only if a kernel links to them: most ops never launch a kernel.
         Falls back to a full parse of the chunk on any surprise.
         """
-        mark = (len(self.kname), self.graph_launches, len(self.names), len(self.opkeys), self.hip, self.cuda)
+        mark = (len(self.kname), self.graph_launches, len(self.names), len(self.opkeys), self.hip, self.cuda,
+                len(self.launch_ts))
         try:
             self._scan_fast(buf, _regex(prefixes), base, prefixes[CATS_KERNEL])
             if base < 0:
                 self._scan_ops(buf, prefixes[CAT_OP])
+            self._scan_captures(buf)  # before the steps: it may still send the chunk to the slow path
             self._scan_steps(buf)
             self.fast_chunks += 1
         except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
@@ -325,6 +383,9 @@ class Shard:
                 graph = _GRAPH_LAUNCH in name
                 graphs += graph
                 launches[int(corr)] = (int(ext) if ext else -1, graph, int(tid), float(ts))
+                if b"Launch" in name:
+                    self.launch_tid.append(int(tid))
+                    self.launch_ts.append(float(ts))
             else:
                 raise ChunkMismatch("unrecognized event layout")
         self.graph_launches += graphs
@@ -374,12 +435,16 @@ class Shard:
             gi = a.get("graph id")
             kgraph.append(1 if (gi is not None and gi != 0 and gi != -1) else 0)
             self._count_grid(nid, a.get("grid"), a.get("block"))
+            if nid not in self.klaunch:
+                self._note_launch(nid, a)
             n += 1
             i = find(prefix, a1)
         return n
 
     def _rollback(self, mark: tuple) -> None:
-        nk, ng, nn, nok, hip, cuda = mark
+        nk, ng, nn, nok, hip, cuda, nl = mark
+        del self.launch_tid[nl:]
+        del self.launch_ts[nl:]
         for col in (self.kname, self.kdur, self.kts, self.kcorr, self.kext, self.kdev, self.kgraph):
             del col[nk:]
         # Launch/op entries are keyed by unique ids: re-reading the chunk overwrites them with
@@ -390,6 +455,8 @@ class Shard:
         del self.names[nn:]
         for k in [k for k in self.kgrid if k >= nn]:
             del self.kgrid[k]
+        for k in [k for k in self.klaunch if k >= nn]:
+            del self.klaunch[k]
         for key in [k for k, i in self.opkey_ids.items() if i >= nok]:
             del self.opkey_ids[key]
         del self.opkeys[nok:]
@@ -493,9 +560,10 @@ class Shard:
         return {"names": self.names, "kname": array("q", self.kname), "kdur": array("d", self.kdur), "kts": array("d", self.kts),
                 "kcorr": array("q", self.kcorr), "kext": array("q", self.kext), "kdev": array("q", self.kdev),
                 "kgraph": array("b", self.kgraph), "launch": launch,
-                "kgrid": self.kgrid, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
+                "kgrid": self.kgrid, "klaunch": self.klaunch, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
                 "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad,
-                "steps": self.steps}
+                "steps": self.steps, "captures": sum(1 for m in self.capture_marks if m[2]),
+                "captured_launches": self.captured_launches()}
 
     def lookup_launches(self, corrs: Iterable[int]) -> dict[int, tuple]:
         get = self.launches.get

@@ -16,11 +16,13 @@ see the same redacted text.
 from __future__ import annotations
 
 import math
+import statistics
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import shapes
-from ..models import DeviceInfo, DeviceTime, GraphReplay, KernelStat, OpCall, Profile
+from ..models import DeviceInfo, DeviceTime, GraphCapture, GraphReplay, KernelStat, OpCall, Profile
 from ..names import kernel_category
 from ..redact import scrub, scrub_text
 from .arch import dedupe_warnings, resolve_arch
@@ -28,6 +30,14 @@ from .arch import dedupe_warnings, resolve_arch
 
 # No GEMM/MoE dimension reaches 2**31 (a 2**31-row fp8 operand alone is 2 GiB per column).
 MAX_DIM = 1 << 31
+
+# Per-call durations kept for medians, over all kernels of a profile (8 bytes each): past it a
+# kernel's median is not reported rather than estimated.
+MAX_SAMPLES = 4_000_000
+
+# Launch facts a trace may carry per kernel (Profile KernelStat.launch keys).
+LAUNCH_KEYS = ("registers_per_thread", "shared_mem_bytes", "static_shared_mem_bytes", "dynamic_shared_mem_bytes",
+               "local_mem_per_thread", "vgprs", "agprs", "sgprs", "lds_bytes", "scratch_bytes")
 
 # Profile.anomalies keys
 NEGATIVE_DURATION = "negative_duration"
@@ -105,6 +115,15 @@ class _KernelAgg:
     max_us: Optional[float] = None
     minmax_known: bool = True  # False once a group of several calls came without its min/max
     device_calls: dict[int, int] = field(default_factory=dict)
+    # Per-call durations (median, std-dev): kept while every group brings them and the profile-wide
+    # cap allows; else only the sum of squares (std-dev) or the reader's own statistics.
+    samples: Optional[array] = None
+    samples_ok: bool = True
+    sumsq: float = 0.0
+    sumsq_ok: bool = True
+    given_stats: Optional[tuple] = None  # (median, std) from a format that only gives statistics
+    groups: int = 0
+    launch: dict[str, int] = field(default_factory=dict)  # registers, shared/LDS, VGPRs, scratch …
 
 
 def busy_span(intervals) -> tuple[float, float]:
@@ -166,6 +185,8 @@ class ProfileBuilder:
         self.devices: list[DeviceInfo] = []
         self.warnings: list[str] = []
         self.graph_launches = 0
+        self.captures = 0  # stream captures (cudaStreamBeginCapture…EndCapture) the trace records
+        self.captured_launches = 0  # kernel launches recorded inside them (they build a graph, run nothing)
         self.vendor_hint: Optional[str] = None
         self.kernel_devices: set[int] = set()
         self.anomalies: dict[str, int] = {}
@@ -188,7 +209,12 @@ class ProfileBuilder:
     def add(self, name: str, total_us: float, calls: int = 1, device: Optional[int] = None,
             op: Optional[OpRef] = None, graph: bool = False, grid: Any = None, block: Any = None,
             demangled: Optional[str] = None, min_us: Optional[float] = None, max_us: Optional[float] = None,
-            short_name: Optional[str] = None) -> None:
+            short_name: Optional[str] = None, samples=None, sumsq: Optional[float] = None,
+            median_us: Optional[float] = None, std_us: Optional[float] = None,
+            launch: Optional[dict] = None) -> None:
+        """One group of ``calls`` executions of kernel ``name``. ``samples`` (their durations in µs,
+        one per call), else ``sumsq`` (the sum of their squares), else ``median_us``/``std_us`` (a
+        format's own statistics, usable only when the kernel comes in one group) give the spread."""
         if not isinstance(name, str) or not name:
             name = "<unnamed kernel>"
         total_us = float(total_us)
@@ -203,6 +229,12 @@ class ProfileBuilder:
             k = self._k[name] = _KernelAgg(name=name)
         k.total_us += total_us
         k.calls += calls
+        k.groups += 1
+        self._spread(k, total_us, calls, samples, sumsq, median_us, std_us)
+        if launch:
+            for key, v in launch.items():
+                if key in LAUNCH_KEYS and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 40):
+                    k.launch.setdefault(key, v)
         if calls == 1 and min_us is None and max_us is None:
             min_us = max_us = total_us
         if min_us is None or max_us is None or not (min_us == min_us and max_us == max_us):
@@ -238,6 +270,50 @@ class ProfileBuilder:
         else:
             k.unlinked_calls += calls
             k.unlinked_us += total_us
+
+    _kept = 0
+
+    def _spread(self, k: _KernelAgg, total_us: float, calls: int, samples, sumsq, median_us, std_us) -> None:
+        if calls <= 0:
+            return
+        if samples is None and calls == 1:
+            samples = (total_us,)
+        if samples is not None and len(samples) == calls:
+            if k.sumsq_ok:
+                k.sumsq += math.fsum(x * x for x in samples)
+            if k.samples_ok and self._kept + calls <= MAX_SAMPLES:
+                if k.samples is None:
+                    k.samples = array("d")
+                k.samples.extend(samples)
+                self._kept += calls
+            else:
+                k.samples_ok = False
+        else:
+            k.samples_ok = False
+            if sumsq is not None and math.isfinite(sumsq) and sumsq >= 0:
+                k.sumsq += sumsq
+            else:
+                k.sumsq_ok = False
+        if median_us is not None or std_us is not None:
+            k.given_stats = (median_us, std_us)
+
+    @staticmethod
+    def _stats(k: _KernelAgg) -> tuple[Optional[float], Optional[float]]:
+        """(median, sample std-dev) of one call's duration, where the trace lets us know them."""
+        med = std = None
+        if k.samples_ok and k.samples is not None and len(k.samples) == k.calls:
+            med = statistics.median(k.samples)
+            std = statistics.stdev(k.samples) if k.calls > 1 else 0.0
+        elif k.sumsq_ok and k.calls > 1:
+            mean = k.total_us / k.calls
+            std = math.sqrt(max(0.0, (k.sumsq - k.calls * mean * mean) / (k.calls - 1)))
+        elif k.sumsq_ok and k.calls == 1:
+            std = 0.0
+        if k.given_stats is not None and k.groups == 1:
+            g_med, g_std = k.given_stats
+            med = g_med if med is None and isinstance(g_med, (int, float)) and g_med >= 0 else med
+            std = g_std if std is None and isinstance(g_std, (int, float)) and g_std >= 0 else std
+        return (round(med, 3) if med is not None else None, round(std, 3) if std is not None else None)
 
     def build(self, arch: Optional[str] = None) -> Profile:
         total = sum(k.total_us for k in self._k.values())
@@ -295,6 +371,7 @@ class ProfileBuilder:
             cat = kernel_category(k.name, k.demangled, [o.op for o in ops])
             category_us[cat] = category_us.get(cat, 0.0) + k.total_us
             known = k.minmax_known and k.min_us is not None
+            med, std = self._stats(k)
             stats.append(KernelStat(
                 name=scrub_text(k.name), demangled=scrub_text(k.demangled) if k.demangled else None,
                 total_us=round(k.total_us, 3), calls=k.calls,
@@ -305,7 +382,8 @@ class ProfileBuilder:
                 device_pct=dpct if per_device else {},
                 short_name=scrub_text(k.short_name) if k.short_name else None, category=cat, ops=ops,
                 shape_provenance=provenance, graph_replayed_calls=k.graph_calls,
-                unattributed_us=round(unattr, 3), grid=k.grid, block=k.block))
+                unattributed_us=round(unattr, 3), grid=k.grid, block=k.block,
+                median_us=med, std_us=std, launch=dict(k.launch)))
             linked += k.linked_calls
             unattributed += unattr
             graph_calls += k.graph_calls
@@ -313,6 +391,11 @@ class ProfileBuilder:
         stats.sort(key=lambda s: (-s.total_us, s.name))
         warnings = list(self.warnings)
         resolved = resolve_arch(self.devices, arch, (s.name for s in stats[:200]), warnings, self.vendor_hint)
+        if self.captures:
+            warnings.append(f"graph capture: this trace records {self.captures} stream capture(s) "
+                            f"(…StreamBeginCapture…EndCapture) with {self.captured_launches} kernel launch(es) inside; "
+                            "captured launches build a graph and run nothing, so they are not in the kernel times "
+                            f"({calls} kernel executions were recorded). Profile the graph's replays to time them")
         if not stats:
             warnings.append("no GPU kernel executions found in the trace")
         if self.anomalies:
@@ -328,6 +411,8 @@ class ProfileBuilder:
             graph_replay=GraphReplay(detected=bool(self.graph_launches or graph_calls),
                                      launches=self.graph_launches, kernel_calls=graph_calls,
                                      total_us=round(graph_us, 3)),
+            graph_capture=GraphCapture(detected=bool(self.captures), captures=self.captures,
+                                       captured_launches=self.captured_launches),
             unattributed_us=round(unattributed, 3), linked_calls=linked,
             device_time=self._device_time(dev_total, dev_calls),
             category_us={c: round(us, 3) for c, us in sorted(category_us.items(), key=lambda kv: -kv[1])},

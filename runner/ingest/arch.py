@@ -51,6 +51,22 @@ def amd_arch_from_product(name: Any) -> Optional[str]:
     return None
 
 
+# HIP reports an Instinct GPU's gfx target as compute capability major.minor (gfx942 → 9.4,
+# gfx950 → 9.5). 9.0 covers gfx906/908/90a, told apart by their CU counts (MI50/60: 60/64, MI100:
+# 120, MI210/MI250(X) GCD: 104/110).
+_AMD_COMPUTE = {(9, 4): "gfx942", (9, 5): "gfx950"}
+_AMD_CU_9_0 = {60: "gfx906", 64: "gfx906", 120: "gfx908", 104: "gfx90a", 110: "gfx90a"}
+
+
+def amd_arch_from_compute(major: Any, minor: Any, cus: Optional[int]) -> Optional[str]:
+    ma, mi = _as_int(major), _as_int(minor)
+    if ma is None or mi is None:
+        return None
+    if (ma, mi) == (9, 0):
+        return _AMD_CU_9_0.get(cus) if cus is not None else None
+    return _AMD_COMPUTE.get((ma, mi))
+
+
 def arch_from_kernel_names(names: Iterable[str]) -> Optional[str]:
     """gfx target from hipBLASLt/Tensile ISA tags (``ISA942`` → gfx942); most common tag wins."""
     counts: dict[str, int] = {}
@@ -99,6 +115,12 @@ def devices_from_kineto(props: Any, amd_hint: bool, warnings: list[str]) -> list
                 if arch:
                     warnings.append(f"arch {arch} inferred from the device name '{name}' "
                                     "(trace has no gcnArchName); pass --arch to override")
+                else:
+                    arch = amd_arch_from_compute(p.get("computeMajor"), p.get("computeMinor"), _as_int(p.get("numSms")))
+                    if arch:
+                        warnings.append(f"arch {arch} inferred from deviceProperties (HIP compute capability "
+                                        f"{p.get('computeMajor')}.{p.get('computeMinor')}, warp {warp}, "
+                                        f"{p.get('numSms')} CUs; no gcnArchName or product name); pass --arch to override")
         elif vendor == "nvidia":
             arch = nvidia_arch(p.get("computeMajor"), p.get("computeMinor"))
         idx = _as_int(p.get("id"))

@@ -29,6 +29,12 @@ def _xyz(v: str) -> Optional[list[int]]:
     return [int(x) for x in m.groups()] if m else None
 
 
+# "Launch Statistics" metrics → Profile launch keys.
+_LAUNCH_METRICS = {"Registers Per Thread": "registers_per_thread",
+                   "Static Shared Memory Per Block": "static_shared_mem_bytes",
+                   "Dynamic Shared Memory Per Block": "dynamic_shared_mem_bytes"}
+
+
 def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
                    progress: Optional[Callable[[int, int], None]] = None) -> Profile:
     text = _io.read_content(path, limit=4 << 30).decode("utf-8", errors="replace")
@@ -46,10 +52,18 @@ def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
     inst: dict[str, tuple] = {}
     ccs: dict[int, str] = {}
     bad_units: set[str] = set()
+    facts: dict[str, dict[str, int]] = {}  # profiled launch ID → Launch Statistics facts
     for row in reader:
         if len(row) <= max(i_id, i_name, i_metric, i_unit, i_val):
             continue
-        if row[i_metric].strip() != "Duration":
+        metric = row[i_metric].strip()
+        key = _LAUNCH_METRICS.get(metric)
+        if key is not None:
+            v = row[i_val].replace(",", "").strip()
+            if v.isdigit():
+                facts.setdefault(row[i_id], {})[key] = int(v)
+            continue
+        if metric != "Duration":
             continue
         unit = row[i_unit].strip().lower()
         scale = _UNIT_US.get(unit)
@@ -72,8 +86,11 @@ def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
         raise InputError(f"Duration metric has an unknown unit ({', '.join(sorted(bad_units))})", path=str(path))
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
-    for name, us, dev, grid, block in inst.values():
-        b.add(name, us, 1, device=dev, grid=grid, block=block)
+    for lid, (name, us, dev, grid, block) in inst.items():
+        f = facts.get(lid, {})
+        if "static_shared_mem_bytes" in f or "dynamic_shared_mem_bytes" in f:
+            f["shared_mem_bytes"] = f.get("static_shared_mem_bytes", 0) + f.get("dynamic_shared_mem_bytes", 0)
+        b.add(name, us, 1, device=dev, grid=grid, block=block, launch=f)
     for dev, cc in sorted(ccs.items()):
         ma, _, mi = cc.partition(".")
         b.devices.append(DeviceInfo(index=dev, vendor="nvidia", arch=nvidia_arch(ma, mi)))

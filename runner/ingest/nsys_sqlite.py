@@ -16,6 +16,18 @@ from . import _sqlite
 from ._profile import NEGATIVE_DURATION, ProfileBuilder
 from .arch import nvidia_arch
 
+# CUPTI kernel-table columns → Profile launch keys.
+_LAUNCH_COLS = (("registersPerThread", "registers_per_thread"), ("staticSharedMemory", "static_shared_mem_bytes"),
+                ("dynamicSharedMemory", "dynamic_shared_mem_bytes"), ("localMemoryPerThread", "local_mem_per_thread"))
+
+
+def _launch(values) -> dict[str, int]:
+    out = {key: v for (_, key), v in zip(_LAUNCH_COLS, values) if type(v) is int and v >= 0}
+    if "static_shared_mem_bytes" in out or "dynamic_shared_mem_bytes" in out:
+        out["shared_mem_bytes"] = out.get("static_shared_mem_bytes", 0) + out.get("dynamic_shared_mem_bytes", 0)
+    return out
+
+
 FORMAT = "nsys_sqlite"
 
 
@@ -42,10 +54,14 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
     short = "shortName" if "shortName" in cols and name_col != "shortName" else "NULL"
     short_expr = "ss.value" if has_strings and short != "NULL" else (f"k.{short}" if short != "NULL" else "NULL")
     short_join = f'LEFT JOIN "{tables["stringids"]}" ss ON ss.id = k.{short}' if has_strings and short != "NULL" else ""
+    launch_sql = ", ".join(f"min(k.{c})" if c in cols else "NULL" for c, _ in _LAUNCH_COLS)
     sql = (f'SELECT {name_expr}, k.{name_col}, {dev}, ({graph} IS NOT NULL) AS g, count(*), '
            f'sum(max(k."end" - k."start", 0)), min({grid.split(", ")[0]}), {grid}, '
            f'min(max(k."end" - k."start", 0)), max(k."end" - k."start"), min({short_expr}), '
-           f'sum(k."end" < k."start") '  # negative durations: counted in Profile.anomalies, not summed
+           f'sum(k."end" < k."start"), '  # negative durations: counted in Profile.anomalies, not summed
+           # total() is a float: a sum of squared ns overflows SQLite's integers on a long trace
+           f'total(CAST(max(k."end" - k."start", 0) AS REAL) * max(k."end" - k."start", 0)), '
+           f'{launch_sql} '
            f'FROM "{kt}" k {join} {short_join} GROUP BY 2, 3, 4')
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
@@ -60,7 +76,9 @@ def _read(con: sqlite3.Connection, path: Path, arch: Optional[str]) -> Profile:
               graph=bool(g), grid=grid_v, block=block_v,
               min_us=lo / 1000.0 if isinstance(lo, (int, float)) else None,
               max_us=hi / 1000.0 if isinstance(hi, (int, float)) else None,
-              short_name=str(short_v) if short_v is not None and str(short_v) != str(name) else None)
+              short_name=str(short_v) if short_v is not None and str(short_v) != str(name) else None,
+              sumsq=row[17] / 1e6 if isinstance(row[17], (int, float)) else None,
+              launch=_launch(row[18:18 + len(_LAUNCH_COLS)]))
         b.note(NEGATIVE_DURATION, int(row[16] or 0))
     # Busy and idle time per device: one ordered pass, merging intervals as they come.
     cur: dict = {}

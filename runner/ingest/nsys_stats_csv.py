@@ -40,6 +40,7 @@ def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
         raise InputError("missing 'Total Time (ns)' or 'Name' column", path=str(path))
     grid_i, block_i = idx.get("gridxyz"), idx.get("blockxyz")
     min_i, max_i = idx.get("min(ns)"), idx.get("max(ns)")
+    med_i, std_i = idx.get("med(ns)"), idx.get("stddev(ns)")
     b = ProfileBuilder(str(path), FORMAT)
     b.vendor_hint = "nvidia"
     for row in reader:
@@ -58,7 +59,10 @@ def ingest_nsys_stats_csv(path: Path, arch: Optional[str] = None,
 
         lo = _num(row[min_i]) if min_i is not None and min_i < len(row) else None
         hi = _num(row[max_i]) if max_i is not None and max_i < len(row) else None
+        med = _num(row[med_i]) if med_i is not None and med_i < len(row) else None
+        std = _num(row[std_i]) if std_i is not None and std_i < len(row) else None
         b.add(row[name_i].strip(), tot / 1000.0, int(n or 1), grid=xyz(grid_i), block=xyz(block_i),
-              min_us=lo / 1000.0 if lo is not None else None, max_us=hi / 1000.0 if hi is not None else None)
+              min_us=lo / 1000.0 if lo is not None else None, max_us=hi / 1000.0 if hi is not None else None,
+              median_us=med / 1000.0 if med is not None else None, std_us=std / 1000.0 if std is not None else None)
     b.warnings.append("summary CSV: per-call timing and launch shapes are not available")
     return b.build(arch)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from array import array
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -82,6 +83,12 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
     wg_i = [_col(cols, f"workgroup_size_{c}") for c in "xyz"]
     gr_i = [_col(cols, f"grid_size_{c}") for c in "xyz"]
     wg1, gr1 = _col(cols, "workgroup_size", "wgr"), _col(cols, "grid_size", "grd")
+    # Code-object facts per dispatch (rocprofv3, rocpd and rocprof v1 spellings) → Profile launch keys.
+    fact_i = [(key, _col(cols, *names)) for key, names in (
+        ("vgprs", ("vgpr_count", "arch_vgpr")), ("agprs", ("accum_vgpr_count", "accum_vgpr")),
+        ("sgprs", ("sgpr_count", "sgpr")), ("lds_bytes", ("lds_block_size", "group_segment_size", "lds")),
+        ("scratch_bytes", ("scratch_size", "private_segment_size", "scr")))]
+    fact_i = [(key, i) for key, i in fact_i if i is not None]
     if dur_i is None and (start_i is None or end_i is None):
         raise InputError("CSV has neither start/end timestamps nor a duration column", path=str(path))
     groups: dict[tuple, list] = {}
@@ -132,16 +139,22 @@ def ingest_rocprof_csv(path: Path, fmt: str, arch: Optional[str] = None,
                     grid = [g_ // b_ for g_, b_ in zip(gsz, block)]
             except ValueError:
                 block = grid = None
-            g = groups[key] = [0.0, 0, grid, block, None, None]
+            launch = {}
+            for fk, fi in fact_i:
+                v = _num(row[fi]) if fi < len(row) else None
+                if v is not None and v.is_integer() and v >= 0:
+                    launch[fk] = int(v)
+            g = groups[key] = [0.0, 0, grid, block, None, None, array("d"), launch]
         us = ns / 1000.0
         g[0] += us
         g[1] += 1
         g[4] = us if g[4] is None else min(g[4], us)
         g[5] = us if g[5] is None else max(g[5], us)
+        g[6].append(us)
         if s is not None and e is not None and e >= s:
             spans.setdefault(dev, []).append((s, e))
-    for (name, dev), (us, n, grid, block, lo, hi) in groups.items():
-        b.add(name, us, n, device=dev, grid=grid, block=block, min_us=lo, max_us=hi)
+    for (name, dev), (us, n, grid, block, lo, hi, samples, launch) in groups.items():
+        b.add(name, us, n, device=dev, grid=grid, block=block, min_us=lo, max_us=hi, samples=samples, launch=launch)
     for dev, ivs in spans.items():
         busy, span = busy_span(ivs)
         b.timeline(dev, busy / 1000.0, span / 1000.0)

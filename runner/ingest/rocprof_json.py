@@ -7,6 +7,7 @@ Only those three parts are read: ``metadata`` (command line, environment) is nev
 """
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -39,6 +40,20 @@ def _symbol_names(symbols: Any) -> dict[int, tuple[str, Optional[str]]]:
             name = f"<kernel_id {kid}>"
         dem = s.get("demangled_kernel_name") if isinstance(s.get("demangled_kernel_name"), str) else None
         out[kid] = (name, dem if dem and dem != name else None)
+    return out
+
+
+# kernel_symbols fields → Profile launch keys (code-object facts of each kernel).
+_SYMBOL_FACTS = (("arch_vgpr_count", "vgprs"), ("accum_vgpr_count", "agprs"), ("sgpr_count", "sgprs"),
+                 ("group_segment_size", "lds_bytes"), ("private_segment_size", "scratch_bytes"))
+
+
+def _launch_facts(symbols: Any) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    items = symbols.values() if isinstance(symbols, dict) else symbols if isinstance(symbols, list) else []
+    for s in items:
+        if isinstance(s, dict) and isinstance(s.get("kernel_id"), int):
+            out[s["kernel_id"]] = {k: s[f] for f, k in _SYMBOL_FACTS if type(s.get(f)) is int and s[f] >= 0}
     return out
 
 
@@ -104,7 +119,7 @@ def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
                 grid = None
                 if isinstance(gr, dict) and block and all(isinstance(v, int) and v > 0 for v in block):
                     grid = [(gr.get(c) or 0) // bv for c, bv in zip("xyz", block)]
-                g = groups[key] = [0.0, 0, grid, block, None, None]
+                g = groups[key] = [0.0, 0, grid, block, None, None, array("d")]
             us = (e - s) / 1000.0
             valid = 0.0 <= us < float("inf")
             if not valid:
@@ -114,11 +129,14 @@ def ingest_rocprofv3_json(path: Path, arch: Optional[str] = None,
             g[1] += 1
             g[4] = us if g[4] is None else min(g[4], us)
             g[5] = us if g[5] is None else max(g[5], us)
+            g[6].append(us)
             if valid:  # an impossible interval would distort busy/idle time
                 spans.setdefault(dev, []).append((s, e))
-        for (kid, dev), (us, n, grid, block, lo, hi) in groups.items():
+        launch = _launch_facts(rec.get("kernel_symbols"))
+        for (kid, dev), (us, n, grid, block, lo, hi, samples) in groups.items():
             name, dem = names.get(kid, (f"<kernel_id {kid}>", None))
-            b.add(name, us, n, device=dev, grid=grid, block=block, demangled=dem, min_us=lo, max_us=hi)
+            b.add(name, us, n, device=dev, grid=grid, block=block, demangled=dem, min_us=lo, max_us=hi,
+                  samples=samples, launch=launch.get(kid))
         for dev, ivs in spans.items():
             busy, span = busy_span(ivs)
             b.timeline(dev, busy / 1000.0, span / 1000.0)

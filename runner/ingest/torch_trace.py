@@ -13,12 +13,11 @@ Kernels replayed from a CUDA/HIP graph are never attributed through the graph la
 """
 from __future__ import annotations
 
-from array import array
-
 import gc
 import multiprocessing as mp
 import os
 import threading
+from array import array
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -497,6 +496,8 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     tables = _all(handles, "kernel_table")
     _mark("kernel tables")
     builder.graph_launches = sum(t["graph_launches"] for t in tables)
+    builder.captures = sum(t.get("captures", 0) for t in tables)
+    builder.captured_launches = sum(t.get("captured_launches", 0) for t in tables)
     if any(t["hip"] for t in tables):
         builder.vendor_hint = "amd"
     elif any(t["cuda"] for t in tables):
@@ -621,7 +622,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             gk = (names[nid], dev, key, graph)
             acc = groups.get(gk)
             if acc is None:
-                groups[gk] = [dur, 1, ti, nid, dur, dur]
+                groups[gk] = [dur, 1, ti, nid, dur, dur, array("d", (dur,))]
             else:
                 acc[0] += dur
                 acc[1] += 1
@@ -629,6 +630,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                     acc[4] = dur
                 if dur > acc[5]:
                     acc[5] = dur
+                acc[6].append(dur)  # per-call durations: median and std-dev
         for dev, ts, dur in zip(t["kdev"], t.get("kts", ()), t["kdur"]):
             if ts == ts and dur >= 0:
                 col = spans.get(dev)
@@ -645,12 +647,16 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             acc = geometry.setdefault(t["names"][nid], {})
             for gb, n in counts.items():
                 acc[gb] = acc.get(gb, 0) + n
+    launch_facts: dict[str, dict] = {}  # kernel name → registers / shared memory (CUPTI kernel args)
+    for t in tables:
+        for nid, facts in t.get("klaunch", {}).items():
+            launch_facts.setdefault(t["names"][nid], facts)
     chosen: dict[str, tuple] = {}
     for name, counts in geometry.items():
         known = {gb: n for gb, n in counts.items() if gb[0] is not None} or counts
         best = max(known.items(), key=lambda kv: (kv[1], tuple(-x for x in (kv[0][0] or ()))))[0]
         chosen[name] = (list(best[0]) if best[0] else None, list(best[1]) if best[1] else None)
-    for (name, dev, key, graph), (dur, calls, ti, nid, lo, hi) in groups.items():
+    for (name, dev, key, graph), (dur, calls, ti, nid, lo, hi, samples) in groups.items():
         ref = None
         if key is not None:
             ref = refs.get(key)
@@ -667,7 +673,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
             kernel_devices.add(dev)
         grid, block = chosen.get(name, (None, None))
         builder.add(name, dur, calls, device=dev if dev >= 0 else None, op=ref, graph=graph, grid=grid, block=block,
-                    min_us=lo, max_us=hi)
+                    min_us=lo, max_us=hi, samples=samples, launch=launch_facts.get(name))
     _mark("aggregate")
     builder.note(NEGATIVE_DURATION, negative)
     builder.note(NON_FINITE_DURATION, infinite)

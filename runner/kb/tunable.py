@@ -6,6 +6,8 @@ A recipe may declare the knobs a tuner sweeps from it and the values each may ta
       space: {BLOCK_M: [128, 256], num_warps: [4, 8]}
       constraints: ["BLOCK_M * BLOCK_N <= 32768"]     # the safe expression language (kb/expr.py)
       max_candidates: 64
+    tunable_kernels:                                   # other kernels swept from the same shape class
+      - {kernel: pkg.mod:build, backend: gluon, config: {BN: 128}, space: {BN: [128, 256]}}
     ablations:
       - {set: {xcd_swizzle: 0}, expect: load_bearing, claim: "xcd0 -> xcd8 = 1.23x"}
 
@@ -49,6 +51,17 @@ class Space:
 
 
 @dataclass
+class KernelSpace:
+    """A ``tunable_kernels`` entry: another kernel swept from the recipe's shape class."""
+
+    kernel: str
+    backend: str
+    config: dict[str, Any]
+    space: Space
+    why: str = ""
+
+
+@dataclass
 class Ablation:
     set: dict[str, Any]
     expect: str  # load_bearing | not_load_bearing
@@ -69,6 +82,17 @@ def space_of(card: SkillCard, recipe_name: str) -> Space | None:
         return None
     return Space(knobs={k: list(v) for k, v in t["space"].items()}, constraints=list(t.get("constraints") or []),
                  max_candidates=int(t.get("max_candidates", DEFAULT_MAX_CANDIDATES)))
+
+
+def kernel_spaces_of(card: SkillCard, recipe_name: str) -> list[KernelSpace]:
+    out = []
+    for t in raw_recipe(card, recipe_name).get("tunable_kernels") or []:
+        out.append(KernelSpace(kernel=t["kernel"], backend=t["backend"], config=dict(t.get("config") or {}),
+                               space=Space(knobs={k: list(v) for k, v in t["space"].items()},
+                                           constraints=list(t.get("constraints") or []),
+                                           max_candidates=int(t.get("max_candidates", DEFAULT_MAX_CANDIDATES))),
+                               why=str(t.get("why") or "")))
+    return out
 
 
 def config_schema(kernel_ref: str) -> dict[str, Any] | None:
@@ -244,4 +268,38 @@ def lint_tunable(card: SkillCard) -> list[SkillRunError]:
                 why = value_error(schema, knob, v) if schema else None
                 if why:
                     err(f"recipes.{i}.ablations.{j}.set", why)
+    for i, r in enumerate(card.data.get("recipes", [])):
+        for k, t in enumerate(r.get("tunable_kernels") or []):
+            _lint_kernel_space(t, f"recipes.{i}.tunable_kernels.{k}", err)
     return errors
+
+
+def _lint_kernel_space(t: dict[str, Any], where: str, err) -> None:
+    """One ``tunable_kernels`` entry: its kernel's schema, its start config, its space, its constraints."""
+    schema = config_schema(t.get("kernel", ""))
+    if schema is None:
+        err(f"{where}.kernel", f"kernel {t.get('kernel')!r} declares no literal CONFIG_SCHEMA, so knobs cannot be checked")
+        return
+    for knob, v in (t.get("config") or {}).items():
+        why = value_error(schema, knob, v)
+        if why:
+            err(f"{where}.config.{knob}", why)
+    space = t.get("space") or {}
+    n = 1
+    for knob, values in space.items():
+        n *= max(len(values), 1)
+        for v in values:
+            why = value_error(schema, knob, v)
+            if why:
+                err(f"{where}.space.{knob}", why)
+    if n > MAX_SPACE:
+        err(f"{where}.space", f"{n} points (cap {MAX_SPACE})")
+    vocab = set(SHAPE_KEYS) | set(DEVICE_KEYS) | set(space) | set(t.get("config") or {}) | set(schema.get("properties") or {})
+    for j, c in enumerate(t.get("constraints") or []):
+        try:
+            unknown = expr.names(c) - vocab
+        except expr.ExprError as exc:
+            err(f"{where}.constraints.{j}", str(exc))
+            continue
+        if unknown:
+            err(f"{where}.constraints.{j}", f"unknown name(s) {sorted(unknown)} in `{c}`")

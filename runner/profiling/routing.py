@@ -8,7 +8,15 @@ SKILLRUN_E2E_SPEC. Both arms run under the same machinery, so its Python cost is
 - arm B (routed): the same mode hands the calls whose shape the plan selected to the recipe's
   kernel (the card's ``build(shape, config, device)``); every other call runs the original op.
 
-Python-level targets (a family's ``route.PY_TARGETS``) are wrapped the same way. The controller
+Python-level targets (a family's ``route.PY_TARGETS``) are wrapped the same way. A wrapper hands
+``route`` the original call as a thunk; arm A then runs it itself with the controller's "inside a
+routed call" flag set, so the ops the original makes (a per-batch loop's ``_scaled_mm`` calls) are
+not counted as routable a second time: arm B never makes them, it runs the port instead.
+
+Oracle samples (``oracle`` > 0, the warm-up runs): the first ``oracle`` calls of each plan item
+are checked against the family's fp32 oracle (``problem.oracle`` on the call's inputs, computed
+before the call runs) within the card's tolerance, in both arms: arm B's port output, arm A's
+original output. The record then says which arm is right, whatever the saved outputs say. The controller
 also times the workload's steps (``skillrun.profiling.step()``), keeps the tensors it saves
 (``skillrun.profiling.save_output``), notices torch.compile and CUDA graphs, and writes a status
 file at exit that the parent reads. A routed kernel that raises is recorded before the exception
@@ -48,7 +56,7 @@ def _shape_text(shape: dict) -> str:
 
 
 class Controller:
-    def __init__(self, spec: dict, arm: str, status_path: str, outputs_dir: str, save: bool = True):
+    def __init__(self, spec: dict, arm: str, status_path: str, outputs_dir: str, save: bool = True, oracle: int = 0):
         self.arm = arm
         self.save = save and bool(outputs_dir)  # only the runs the parent compares keep their tensors
         self.routing = arm == "B"
@@ -61,6 +69,8 @@ class Controller:
         self.lock = threading.RLock()
         # Per plan item: calls routed (B) or that would be routed (A); per (op, reason): passed through.
         self.item_calls: dict[str, int] = {it["id"]: 0 for it in self.items}
+        self.oracle_left: dict[str, int] = {it["id"]: max(0, int(oracle)) for it in self.items}
+        self.oracle_checks: list[dict] = []
         self.routed_by: dict[str, int] = {}  # aten op or Python target -> calls routed (B) / routable (A)
         self.passed: dict[tuple[str, str], int] = {}
         self.unplanned_shapes: dict[tuple[str, str], int] = {}
@@ -120,11 +130,12 @@ class Controller:
                 module_name, _, attr = target.partition(":")
                 owner = importlib.import_module(module_name)
                 original = getattr(owner, attr)
-                setattr(owner, attr, wrap(original, lambda t, call, _n=name: self.route(_n, t, call)))
+                setattr(owner, attr, wrap(original, lambda t, call, run_original=None, _n=name: self.route(_n, t, call, run_original)))
 
     # ------------------------------------------------------------------ routing
-    def route(self, route_name: str, op: str, call: Any) -> tuple[bool, Any]:
-        """One intercepted call: (True, result) when the port ran it, (False, None) to run the original."""
+    def route(self, route_name: str, op: str, call: Any, original: Any = None) -> tuple[bool, Any]:
+        """One intercepted call: (True, result) when it ran here (the port in arm B; in arm A the
+        ``original`` thunk, when given), (False, None) when the caller must run the original."""
         if getattr(self._in_port, "n", 0):
             return False, None  # an op the port itself calls (from a Python-level target) is the port's business
         with self.lock:
@@ -144,13 +155,19 @@ class Controller:
                 return False, None
             capturing = self._capturing()
             self.item_calls[item["id"]] += 1
+            n_call = self.item_calls[item["id"]]
             self.routed_by[op] = self.routed_by.get(op, 0) + 1
             if capturing:
                 self.routed_in_capture += 1
-            if not self.routing:
+            sample = not capturing and self.oracle_left.get(item["id"], 0) > 0 and (self.routing or original is not None)
+            if sample:
+                self.oracle_left[item["id"]] -= 1
+            if not self.routing and original is None:
                 return False, None
+        if not self.routing:
+            return True, self._run_original(item, call, original, n_call if sample else 0)
         try:
-            return True, self._run_port(item, call)
+            return True, self._run_port(item, call, n_call if sample else 0)
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised as a non-RuntimeError
             msg = (f"routed kernel {item['kernel_ref']} (card {item['card']}, recipe {item['recipe']}) raised at "
                    f"{_shape_text(call.shape)}{' during CUDA graph capture' if capturing else ''}: "
@@ -198,19 +215,77 @@ class Controller:
         self._prepared[key] = (prepared, [call.inputs[k] for k in call.static])
         return prepared
 
-    def _run_port(self, item: dict, call) -> Any:
+    def _run_port(self, item: dict, call, sample: int = 0) -> Any:
         device = call.out.device.type if hasattr(call.out, "device") else "cpu"
         flag = self._in_port
         flag.n = getattr(flag, "n", 0) + 1
         try:
+            ref = self._oracle(item, call) if sample else None
             launch = self._launch(item, call.shape, device)
             prepared = self._prepare(launch, item, call)
             y = launch.run(prepared, call.out)
             if y is not None and y is not call.out:
                 call.out.copy_(y)
+            if sample:
+                self._judge(item, call, ref, sample)
             return call.result(call.out)
         finally:
             flag.n -= 1
+
+    def _run_original(self, item: dict, call, original, sample: int = 0) -> Any:
+        """Arm A: the original call, with the ops it makes not counted again (they are its own)."""
+        flag = self._in_port
+        flag.n = getattr(flag, "n", 0) + 1
+        try:
+            ref = self._oracle(item, call) if sample else None
+            value = original()
+            if sample:
+                # The op's result in the problem's layout: call.result(call.out) is the op-shaped
+                # view of call.out; an op that returned a fresh tensor is copied into it.
+                try:
+                    target = call.result(call.out)
+                    if value is not target and hasattr(value, "shape") and tuple(value.shape) == tuple(target.shape):
+                        target.copy_(value)
+                except Exception as exc:  # noqa: BLE001 - a check that cannot be made is recorded, not raised
+                    ref = f"the original's result cannot be read as the problem's output: {type(exc).__name__}: {exc}"
+                self._judge(item, call, ref, sample)
+            return value
+        finally:
+            flag.n -= 1
+
+    def _oracle(self, item: dict, call) -> Any:
+        """The family's fp32 oracle for this call's inputs (before the call runs), or why there is none."""
+        name = item.get("problem")
+        if not name:
+            return "the plan item names no problem module"
+        torch = self.torch
+        # The workload may have allowed TF32 (or lower) matmuls; the oracle is fp32 whatever it set.
+        saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        try:
+            torch.set_float32_matmul_precision("highest")
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            return importlib.import_module(name).oracle(call.inputs).float()
+        except Exception as exc:  # noqa: BLE001
+            return f"{name}.oracle raised: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        finally:
+            torch.set_float32_matmul_precision(saved[0])
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[1], saved[2]
+
+    def _judge(self, item: dict, call, ref: Any, n_call: int) -> None:
+        row: dict[str, Any] = {"item": item["id"], "call": n_call, "shape": _shape_text(call.shape)}
+        if isinstance(ref, str):
+            row.update(passed=None, error=ref)
+        else:
+            try:
+                from skillrun.execute.parity import compare, tolerance_of
+
+                m = compare(call.out, ref, tolerance_of(item.get("tolerance")))
+                row.update({k: m[k] for k in ("passed", "rel_fro", "max_abs_err", "cosine", "mismatched", "error") if k in m})
+            except Exception as exc:  # noqa: BLE001
+                row.update(passed=None, error=f"comparison raised: {type(exc).__name__}: {exc}")
+        with self.lock:
+            if len(self.oracle_checks) < 4 * MAX_OUTPUTS:
+                self.oracle_checks.append(row)
 
     # ------------------------------------------------------------------ markers
     def step(self) -> None:
@@ -297,6 +372,7 @@ class Controller:
             "step_s": [b - a for a, b in zip(marks, marks[1:])],
             "first_step_s": (marks[0] - self.t0) if marks else None,
             "item_calls": self.item_calls,
+            "oracle_checks": self.oracle_checks,
             "routed_by": self.routed_by,
             "passed": [{"op": op, "reason": r, "calls": n} for (op, r), n in sorted(self.passed.items())],
             "unplanned_shapes": [{"op": op, "shape": s, "calls": n} for (op, s), n in sorted(self.unplanned_shapes.items())][:20],
@@ -362,7 +438,7 @@ def _make_mode(ctl: Controller, watch: dict):
                         raise RoutedKernelError(msg) from exc
                     if isinstance(call, str) and name != names[-1]:
                         continue  # another family may own it
-                    routed, value = ctl.route(name, op, call)
+                    routed, value = ctl.route(name, op, call, lambda: func(*args, **kwargs))
                     if routed:
                         return value
                     break
@@ -377,7 +453,8 @@ def install(cfg: dict[str, str]) -> Controller:
 
     with open(cfg["spec"]) as fh:
         spec = json.load(fh)
-    ctl = Controller(spec, cfg.get("arm", "A"), cfg.get("status", ""), cfg.get("outputs", ""), save=cfg.get("save", "1") == "1")
+    ctl = Controller(spec, cfg.get("arm", "A"), cfg.get("status", ""), cfg.get("outputs", ""), save=cfg.get("save", "1") == "1",
+                     oracle=int(cfg.get("oracle") or 0) if str(cfg.get("oracle") or "0").isdigit() else 0)
     sys.modules[CONTROLLER_KEY] = ctl  # type: ignore[assignment]
     atexit.register(ctl.finish)
     ctl.write_status()  # early: the parent knows the hook ran even if the process dies later

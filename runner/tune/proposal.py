@@ -62,7 +62,7 @@ def _new_recipe(card: SkillCard, rec: dict[str, Any], name: str, artifact: str) 
     loses = [f"incumbent recipe {rec['recipe']['name']}: this recipe is {dec['speedup_vs_incumbent']:.3f}x faster in the same "
              f"re-check session (A/A noise {noise:.2f}%)"]
     for other in ses["slots"]:
-        if other in (cid, "incumbent", "baseline") or by_id[other]["config"] in (win["config"], rec["recipe"]["config"]):
+        if other in (cid, "incumbent", "baseline") or other not in by_id or by_id[other]["config"] in (win["config"], rec["recipe"]["config"]):
             continue
         sp = ses["ratio_vs_incumbent"].get(other)
         if sp:
@@ -86,14 +86,20 @@ def _new_recipe(card: SkillCard, rec: dict[str, Any], name: str, artifact: str) 
     }
     if start.get("gens"):
         new["gens"] = list(start["gens"])
-    new.update(kernel=start["kernel"], backend=start["backend"], config=dict(win["config"]),
+    # A winner from the recipe's tunable_kernels carries its own kernel and backend (tune/sweep.py).
+    new.update(kernel=win.get("kernel") or start["kernel"], backend=win.get("backend") or start["backend"], config=dict(win["config"]),
                lever=f"tuned by skill-run tune for this exact shape from {start_name}: {win['label']} "
                      f"({dec['speedup_vs_incumbent']:.3f}x the incumbent, A/A noise {noise:.2f}%); not yet generalised to a shape class",
                loses=loses)
     if dec.get("speedup_vs_baseline"):
         new["expected_speedup"] = float(dec["speedup_vs_baseline"])
     new["evidence"] = [ev]
-    if start.get("tunable"):
+    if win.get("kernel") and win["kernel"] != start["kernel"]:
+        # The space the winner came from becomes the new recipe's own space.
+        src = next((t for t in start.get("tunable_kernels") or [] if t["kernel"] == win["kernel"]), None)
+        if src:
+            new["tunable"] = {k: src[k] for k in ("space", "constraints", "max_candidates") if k in src}
+    elif start.get("tunable"):
         new["tunable"] = start["tunable"]
     return new
 

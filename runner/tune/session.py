@@ -24,6 +24,8 @@ BASELINE = "baseline"
 def gate_job(ctx: dict[str, Any], ref: str, config: dict[str, Any], role: str = "port") -> dict[str, Any]:
     task = {"kind": "candidate", "role": role, "ref": ref, "config": dict(config), "shape": ctx["shape"],
             "problem": ctx["problem"], "device": ctx["device"], "seeds": ctx["seeds"], "tolerance": ctx["tolerance"]}
+    if ctx.get("watchdog_s"):
+        task["launch_deadline_s"] = float(ctx["watchdog_s"])
     return {"task": task, "timeout_s": ctx["timeout_s"], "env": ctx["env"], "isolation": ctx["isolation"]}
 
 
@@ -38,6 +40,8 @@ def session_job(ctx: dict[str, Any], incumbent: dict[str, Any], peers: list[tupl
             "port_slot": INCUMBENT, "peers": [sid for sid, _, _ in peers], "tolerance": ctx["tolerance"], "seed": seed,
             "slots": slots, "aa_slot": INCUMBENT, "profile_launches": ctx["profile_launches"],
             "timing": {**t, "rounds": rounds}}
+    if ctx.get("watchdog_s"):
+        task["watchdog"] = {"deadline_s": float(ctx["watchdog_s"])}
     return {"task": task, "timeout_s": ctx["timeout_s"], "env": ctx["env"], "isolation": ctx["isolation"]}
 
 
@@ -84,7 +88,8 @@ def _tail(res: dict[str, Any]) -> str:
 def read_session(res: dict[str, Any], peer_ids: list[str]) -> dict[str, Any]:
     """Per-slot stats, paired speedups against the incumbent, noise and integrity of one session."""
     out: dict[str, Any] = {"slots": [INCUMBENT, *peer_ids], "device": res.get("device"), "noise_pct": None,
-                           "aa_slot": None, "stats": {}, "ratio_vs_incumbent": {}, "integrity": {}}
+                           "aa_slot": None, "stats": {}, "ratio_vs_incumbent": {}, "integrity": {},
+                           "dropped": dict((res.get("watchdog") or {}).get("dropped") or {})}
     if res.get("status") != "ok":
         out["error"] = str(res.get("error") or "session failed")[:800] + _tail(res)
         return out

@@ -44,8 +44,12 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                ray_num_gpus: float | None = None, compile_only: bool = False, arch: str | None = None,
                start_from: str | Path | None = None, apply: bool = False, write: bool = True,
                validation_root: Path | None = None, cold_l2: str = "rotate", cuda_graph: bool = False,
-               isolation: str | None = None, command: str | None = None, peaks: Any = None) -> dict[str, Any]:
-    """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None)."""
+               isolation: str | None = None, command: str | None = None, peaks: Any = None,
+               launch_timeout_s: float | None = None) -> dict[str, Any]:
+    """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None).
+
+    ``launch_timeout_s``: the launch watchdog's deadline for each session slot's first launches
+    (skillrun.execute.watchdog; None = on a GPU its GPU_DEADLINE_S, off on the CPU; 0 = off)."""
     card = index.skill(skill_id)
     validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     if compile_only:
@@ -63,9 +67,11 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
     if mode != "run":
         raise UnavailableError(f"cannot tune {card.id} here: {mode_why}",
                                hint="for FlyDSL on a CPU use --compile-only (prunes the space by the static gates)")
-    space = T.space_of(card, start_name)
-    assert space is not None
-    configs, pruned = T.enumerate_candidates(dict(start.config), space, shape, facts)
+    space = T.space_of(card, start_name) or T.Space(knobs={})
+    kspaces = T.kernel_spaces_of(card, start_name)
+    # The recipe's own space only when it declares one (a recipe with only tunable_kernels still
+    # keeps its incumbent slot, which is how every candidate is judged).
+    configs, pruned = T.enumerate_candidates(dict(start.config), space, shape, facts) if space.knobs else ([], [])
     space_from = None
     if start_from:
         from skillrun.tune.prune import kept_configs
@@ -74,33 +80,65 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         pruned = []
     ctx = task_context(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
                warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
+    from skillrun.execute.watchdog import GPU_DEADLINE_S
+
+    ctx["watchdog_s"] = launch_timeout_s if launch_timeout_s is not None else (GPU_DEADLINE_S if be.gpu else 0)
     inc_recipe = {"name": inc.name, "untuned": sel.untuned, "kernel": inc.kernel, "backend": inc.backend,
                   "config": dict(inc.config), "why": ("the card's default (UNTUNED shape); " if sel.untuned else "selected for this shape; ")
                   + f"sweep starts from {start_name}: {why}"}
     rec = base_record("tuning", card, shape, be, inc_recipe,
                       command or command_line(f"tune {card.id} --shape {shape_text(shape)}"))
-    rec.update(space={"knobs": space.knobs, "constraints": space.constraints, **({"from": space_from} if space_from else {})},
+    rec.update(space={"knobs": space.knobs, "constraints": space.constraints, **({"from": space_from} if space_from else {}),
+                      **({"kernels": [{"kernel": k.kernel, "backend": k.backend, "config": k.config, "knobs": k.space.knobs,
+                                       "constraints": k.space.constraints} for k in kspaces]} if kspaces else {})},
                tolerance=ctx["tolerance"], seeds=ctx["seeds"])
     notes: list[str] = []
 
-    # Candidate ids: c0, c1, ... in space order; the incumbent is its own slot (never deduplicated
-    # away), even when a candidate has the same config (then the pair is an extra A/A check).
+    # Candidate ids: c0, c1, ... in space order (the recipe's own space, then each tunable_kernels
+    # entry); the incumbent is its own slot (never deduplicated away), even when a candidate has the
+    # same config (then the pair is an extra A/A check).
     base_cfg = dict(start.config)
     cands = [(f"c{i}", cfg) for i, cfg in enumerate(configs)]
+    kernel_of = {cid: start.kernel for cid, _ in cands}
+    foreign: dict[str, dict[str, Any]] = {}  # candidate id -> the other kernel, its backend and its start config
+    kpruned: list[tuple[dict[str, Any], str, T.KernelSpace]] = []
+    for ks in kspaces:
+        kmode, kwhy = be.port_mode(ks.backend)
+        kcfgs, kp = T.enumerate_candidates(dict(ks.config), ks.space, shape, facts)
+        if kmode != "run":
+            kpruned += [(cfg, f"not run here: {kwhy}", ks) for cfg in kcfgs]
+            kcfgs = []
+        kpruned += [(cfg, why, ks) for cfg, why in kp]
+        for cfg in kcfgs:
+            cid = f"c{len(cands)}"
+            cands.append((cid, cfg))
+            kernel_of[cid] = ks.kernel
+            foreign[cid] = {"kernel": ks.kernel, "backend": ks.backend, "base": dict(ks.config)}
+
+    def label(cid: str, cfg: dict[str, Any]) -> str:
+        if cid in foreign:
+            return f"{foreign[cid]['kernel'].rsplit('.', 1)[-1]}: {T.config_label(cfg, foreign[cid]['base'])}"
+        return T.config_label(cfg, base_cfg)
     baseline_ref = be.baseline_ref(card.references)
     pool = make_pool(be.kind, workers=workers, ray_address=ray_address, ray_resources=ray_resources, ray_num_gpus=ray_num_gpus)
     rec["workers"] = {"engine": pool.engine, "lanes": pool.lanes(), "ray_address": ray_address, "rebuilt": 0}
     try:
-        jobs = [S.gate_job(ctx, inc.kernel, inc.config)] + [S.gate_job(ctx, start.kernel, cfg) for _, cfg in cands]
+        jobs = [S.gate_job(ctx, inc.kernel, inc.config)] + [S.gate_job(ctx, kernel_of[cid], cfg) for cid, cfg in cands]
         if baseline_ref:
             jobs.append(S.gate_job(ctx, baseline_ref, {}, role="baseline"))
         gated = pool.map(jobs)
         inc_res, cand_res = gated[0], gated[1:1 + len(cands)]
         base_res = gated[-1] if baseline_ref else None
         rows = [candidate_row(S.INCUMBENT, f"incumbent recipe {inc.name}", dict(inc.config), "incumbent", inc_res)]
-        rows += [candidate_row(cid, T.config_label(cfg, base_cfg), cfg, "candidate", r) for (cid, cfg), r in zip(cands, cand_res)]
+        rows += [candidate_row(cid, label(cid, cfg), cfg, "candidate", r) for (cid, cfg), r in zip(cands, cand_res)]
         rows += [candidate_row(f"p{i}", T.config_label(cfg, base_cfg), cfg, "candidate", None, "pruned", why)
                  for i, (cfg, why) in enumerate(pruned)]
+        rows += [candidate_row(f"p{len(pruned) + i}", f"{ks.kernel.rsplit('.', 1)[-1]}: {T.config_label(cfg, ks.config)}", cfg,
+                               "candidate", None, "pruned", why) | {"kernel": ks.kernel, "backend": ks.backend}
+                 for i, (cfg, why, ks) in enumerate(kpruned)]
+        for r in rows:
+            if r["id"] in foreign:
+                r.update(kernel=foreign[r["id"]]["kernel"], backend=foreign[r["id"]]["backend"])
         if base_res is not None:
             rows.append(candidate_row(S.BASELINE, f"baseline {baseline_ref}", {}, "baseline", base_res))
         rec["candidates"] = rows
@@ -179,6 +217,14 @@ def _same_error_note(failed: list[dict[str, Any]], n: int, notes: list[str]) -> 
                          "not the configs; the survivors may not be the space's best")
 
 
+def _dropped(by_id: dict[str, dict[str, Any]], ses: dict[str, Any]) -> None:
+    """Candidates the launch watchdog left out of a session: their status says why (timeout, crashed, ...)."""
+    for cid, why in ses["dropped"].items():
+        if cid in by_id and by_id[cid]["role"] == "candidate":
+            by_id[cid]["status"] = why["status"] if why["status"] in ("timeout", "crashed") else "raised"
+            by_id[cid]["reason"] = "launch watchdog, before the timed session: " + why["reason"][:500]
+
+
 def _finish(rec: dict[str, Any], verdict: str, reason: str) -> None:
     rec["verdict"], rec["reason"] = verdict, reason
     rec["decision"]["reason"] = reason
@@ -201,7 +247,8 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
                        work, peaks):
     inc_slot = {"kernel": inc.kernel, "config": dict(inc.config)}
     chunks = [survivors[i:i + SLOTS_PER_SESSION] for i in range(0, len(survivors), SLOTS_PER_SESSION)]
-    jobs = [S.session_job(ctx, inc_slot, [(cid, start.kernel, cfg) for cid, cfg in ch], None, 2000 + i, rounds)
+    jobs = [S.session_job(ctx, inc_slot, [(cid, by_id[cid].get("kernel") or start.kernel, cfg) for cid, cfg in ch], None,
+                          2000 + i, rounds)
             for i, ch in enumerate(chunks)]
     results = pool.map(jobs)
     sessions = []
@@ -211,6 +258,7 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         ses = S.read_session(res, ids)
         ses["device"] = res.get("device")
         sessions.append(ses)
+        _dropped(by_id, ses)
         if "error" in ses:
             for cid in ids:
                 by_id[cid]["sweep"] = {"error": ses["error"][:500]}
@@ -218,6 +266,8 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         if rec["timing"] is None and res.get("timing"):
             rec["timing"] = timing_meta(ctx, res, rounds)
         for cid in ids:
+            if cid in ses["dropped"]:
+                continue
             ok = ses["integrity"].get(cid, {}).get("passed", False)
             sp = ses["ratio_vs_incumbent"].get(cid)
             by_id[cid]["sweep"] = {"speedup_vs_incumbent": sp, "median_ms": ses["stats"].get(cid, {}).get("median"),
@@ -238,13 +288,18 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
 
     # Fresh session, one device, nothing else running on it (the pool is idle now): the MoE PR's
     # busy-GPU winners did not survive exactly this.
-    peers = [(cid, start.kernel, by_id[cid]["config"]) for cid in finalists]
+    peers = [(cid, by_id[cid].get("kernel") or start.kernel, by_id[cid]["config"]) for cid in finalists]
+    # Hidden A/A: the sweep's start config timed once more beside the incumbent. When it is the
+    # incumbent's own config, any ratio outside the noise floor means the session's numbers cannot be
+    # trusted (an engine biased by slot position once reported such a copy at 1.46x).
+    peers.append((START_CHECK, start.kernel, dict(start.config)))
     job = S.session_job(ctx, inc_slot, peers, baseline_ref, 9001, recheck_rounds)
     res = pool.solo(job)
-    ses = S.read_session(res, finalists)
+    ses = S.read_session(res, finalists + [START_CHECK])
     dev = res.get("device")
     ses["device"] = f"{be.facts.name} (device {dev})" if dev is not None else be.facts.name
     rec["recheck"] = ses
+    _dropped(by_id, ses)
     if "error" in ses:
         _finish(rec, "error", f"the re-check session failed: {ses['error'][:600]}")
         return
@@ -259,6 +314,11 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
     if not ses["integrity"].get(S.INCUMBENT, {}).get("passed", False):
         _finish(rec, "error", "the incumbent failed slot integrity in the re-check: " + ses["integrity"][S.INCUMBENT]["reason"][:400])
         return
+    check = start_check(ses, start.kernel == inc.kernel and dict(start.config) == dict(inc.config))
+    dec["start_check"] = check
+    if check.get("unreliable"):
+        _finish(rec, "no_win", f"numbers unreliable: {check['text']}; nothing proposed")
+        return
     impossible = _below_floor(be, peaks, work, st)
     if impossible:
         _finish(rec, "error", "measurement error: " + ", ".join(f"{s} min {st[s]['min']:.6g} ms" for s in sorted(impossible))
@@ -266,6 +326,8 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         return
     best = None
     for cid in finalists:
+        if cid in ses["dropped"]:
+            continue
         sp = ses["ratio_vs_incumbent"].get(cid)
         ok = ses["integrity"].get(cid, {}).get("passed", False)
         by_id[cid]["recheck"] = {"speedup_vs_incumbent": sp, "median_ms": st.get(cid, {}).get("median"),
@@ -302,4 +364,27 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
             f"on one device ({floor_txt}){vs_base}")
 
 
-# ------------------------------------------------------------------------------------------ from a plan
+# ------------------------------------------------------------------------------------------ start-config check
+
+START_CHECK = "start_check"
+
+
+def start_check(ses: dict[str, Any], identical: bool) -> dict[str, Any]:
+    """The hidden A/A of the start config in the re-check: its ratio against the incumbent, and whether
+    the session is trustworthy (only judged when the start config is the incumbent's own)."""
+    ratio = ses.get("ratio_vs_incumbent", {}).get(START_CHECK)
+    noise = ses.get("noise_pct")
+    out: dict[str, Any] = {"ratio_vs_incumbent": ratio, "identical_to_incumbent": identical, "noise_pct": noise}
+    if ratio is None:
+        out["text"] = "the start config was not timed in the re-check"
+        return out
+    floor = max(noise or 0.0, 1.0)
+    dev = 100.0 * abs(ratio - 1.0)
+    out["within_noise"] = dev <= floor
+    if identical and not out["within_noise"]:
+        out["unreliable"] = True
+        out["text"] = (f"the start config, identical to the incumbent, came out at {ratio:.3f}x the incumbent, outside the "
+                       f"{floor:.2f}% noise floor: the session's ratios are not trustworthy")
+    else:
+        out["text"] = f"start config at {ratio:.3f}x the incumbent ({'within' if out['within_noise'] else 'outside'} the {floor:.2f}% noise floor)"
+    return out

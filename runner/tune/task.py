@@ -52,7 +52,7 @@ def _recipe_shapes(card: SkillCard, name: str) -> list[dict[str, int]]:
 
 def nearest_recipe(card: SkillCard, shape: dict[str, int], selected: str, untuned: bool) -> tuple[str, str]:
     """(recipe name the sweep starts from, why)."""
-    spaced = [r.name for r in card.recipes if T.space_of(card, r.name)]
+    spaced = [r.name for r in card.recipes if T.space_of(card, r.name) or T.kernel_spaces_of(card, r.name)]
     if not untuned:
         if selected in spaced:
             return selected, f"the recipe the card selects for this shape ({selected})"

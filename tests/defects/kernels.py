@@ -169,3 +169,37 @@ def build_port_hang(shape: dict, config: dict, device: str) -> KernelLaunch:
         time.sleep(3600)
 
     return _port("port_hang", body)
+
+
+def _relaunch_deadlock(name: str, body) -> KernelLaunch:
+    """A stand-in for a warp-specialized kernel with a synchronisation bug that shows only when it
+    runs again on the same prepared operands (what a timed session does): its first launch sets a
+    flag in the workspace that ``prepare`` made, like a semaphore that is never reset, and every
+    later launch on that workspace waits for the flag to clear, for ever. The harness's
+    candidate gate calls ``prepare`` once per seed, so it passes that gate and deadlocks later."""
+    def prepare(inputs):
+        return {**inputs, "workspace": torch.zeros(1, dtype=torch.int32)}
+
+    def run(p, out):
+        ws = p["workspace"]
+        while int(ws[0]) != 0:  # the consumer's wait: nobody ever releases it
+            time.sleep(0.01)
+        ws[0] = 1
+        return body(p, out)
+
+    launch = _port(name, lambda p, out: run(p, out))
+    launch.prepare = prepare
+    return launch
+
+
+def build_alt_relaunch_deadlock(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """An oracle-correct alternative that deadlocks on its second launch (see _relaunch_deadlock)."""
+    return _relaunch_deadlock("alt_relaunch_deadlock", lambda p, out: out.copy_(p["a"].float() @ p["b"].float()))
+
+
+def build_port_relaunch_deadlock(shape: dict, config: dict, device: str) -> KernelLaunch:
+    def body(p, out):
+        out.copy_(_honest(p["a"], p["b"]))
+        return out
+
+    return _relaunch_deadlock("port_relaunch_deadlock", body)

@@ -6,12 +6,14 @@
 tile  what the candidate does
 ====  =====================================================================
 16    correct, cost 1.0 (the incumbent)
-32    correct, cost 0.99: wins only by noise (the fake A/A floor is ~2.9%)
+32    correct, cost 0.99: wins only by noise (the fake A/A floor is 6%)
 64    correct, cost 0.70: the real winner
 8     cost 0.2 but 5% off: fast and wrong (must fail parity, never win)
 48    raises at build time (must be kept as "raised", never a loss)
 96    segfaults at build time (a GPU fault's stand-in) -> "crashed"
 128   kills the worker running it (SKILLRUN_LANE_PID) -> "worker_died"
+40    correct, but deadlocks when relaunched on the same prepared operands: passes the gate, is
+      caught by the launch watchdog before the session -> "timeout" (the other slots are timed)
 ====  =====================================================================
 
 The fake timer reports the cost the last launch declared: timing decisions become deterministic,
@@ -25,7 +27,7 @@ import signal
 from defects.kernels import _honest, _port
 
 CONFIG_SCHEMA = {"type": "object", "additionalProperties": False,
-                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 48, 64, 96, 128]}}}
+                 "properties": {"tile": {"type": "integer", "enum": [8, 16, 32, 40, 48, 64, 96, 128]}}}
 COST = {"16": 1.0, "32": 0.99, "64": 0.7, "8": 0.2}
 LAST = {"ms": 1.0}
 
@@ -44,6 +46,10 @@ def build(shape: dict, config: dict, device: str):
             raise RuntimeError("tile=128 kills its worker, and there is none here")
         os.kill(int(pid), signal.SIGKILL)  # seeded: the worker process dies under this candidate
         os._exit(3)
+    if tile == 40:
+        from defects.kernels import build_port_relaunch_deadlock
+
+        return build_port_relaunch_deadlock(shape, config, device)
     cost = COST.get(str(tile), 1.2)
     wrong = tile == 8
 
@@ -59,37 +65,35 @@ def build(shape: dict, config: dict, device: str):
 class FakeTimer:
     """Each launch "takes" its kernel's declared cost; the A/A copy always reads 6% slow.
 
-    The copy is the same callable as its slot, so it is the callable measured twice between two
-    syncs. The harness appends the copy after every slot and launches a round in slot order when
-    the round's index is even, reversed when odd: the copy is the second of the two launches in
-    even rounds and the first in odd ones. Rounds are the sync windows that measured something
-    (timed and observed rounds; warm-up and other syncs measure nothing), and reads happen after
-    the window's sync, so the slow reading can be given to the right launch once both are seen.
+    The harness launches the A/A copy through callables marked ``aa_copy``, so the copy is known
+    whatever position the timing engine gives it in a round (positions are balanced at random).
     """
 
     method = "fake timer (tests): each launch reports its kernel's declared cost"
 
-    def __init__(self) -> None:
-        self.rounds = 0  # sync windows in which something was measured
-        self.window: list[tuple[int, list[float]]] = []  # (id(fn), [ms]) in launch order
-
     def measure(self, fn):
         LAST["ms"] = 1.0  # a kernel that declares no cost (the baseline) "takes" 1.0
         fn()
-        cell = [LAST["ms"]]
-        self.window.append((id(fn), cell))
-        return lambda: cell[0]
+        ms = LAST["ms"] * (1.06 if getattr(fn, "aa_copy", False) else 1.0)
+        return lambda: ms
 
     def sync(self) -> None:
-        if self.window:
-            ids = [i for i, _ in self.window]
-            for fid in {i for i in ids if ids.count(i) == 2}:
-                cells = [c for i, c in self.window if i == fid]
-                copy = cells[1] if self.rounds % 2 == 0 else cells[0]
-                copy[0] *= 1.06
-            self.rounds += 1
-        self.window = []
+        pass
 
 
 def fake(device: str) -> FakeTimer:
     return FakeTimer()
+
+
+def build_other(shape: dict, config: dict, device: str):
+    """Another kernel for the same problem (a recipe's ``tunable_kernels`` entry in the tests):
+    correct, cost 0.6 at tile 32 (beats every config of ``build``), 1.1 otherwise."""
+    tile = int((config or {}).get("tile", 16))
+    cost = 0.6 if tile == 32 else 1.1
+
+    def body(p, out):
+        out.copy_(_honest(p["a"], p["b"]))
+        LAST["ms"] = cost
+        return out
+
+    return _port(f"tunable_other_t{tile}", body)

@@ -101,6 +101,24 @@ def build_profiler_aware(shape: dict, config: dict, device: str) -> KernelLaunch
     return _port("port_profiler_aware", body)
 
 
+def build_fast_when_unwatched(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Its own (slow) code whenever the profiler is on, the vendor op otherwise: right answers every
+    time, its own names in every profiled window, and timed rounds that measure someone else's kernel
+    (caught: against the reference, it slows down far more when observed than when not, each compared
+    with its own plain launches at the same positions in the round)."""
+    import time as _time
+
+    def body(p, out):
+        if _observed(out):
+            _time.sleep(0.1)  # stands for a slow kernel of its own (well above a loaded CI host's jitter)
+            out.copy_(_honest(p["a"], p["b"]))
+        else:
+            torch.mm(p["a"], p["b"], out=out)
+        return out
+
+    return _port("port_fast_when_unwatched", body)
+
+
 def build_first_k(shape: dict, config: dict, device: str) -> KernelLaunch:
     """Its own code on its first 6 calls (isolated parity, aliasing, the profiled launches before
     timing), then the baseline's aten::mm: right answers, someone else's kernel (caught: rounds
