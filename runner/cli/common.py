@@ -173,6 +173,18 @@ def emit_rows(rows: "tuple[list[str], list[dict]]", fmt: str) -> None:
     write(columns, records, fmt, sys.stdout)
 
 
+def emit_machine(kind: str, data, rows) -> bool:
+    """The machine-readable views: for --json print ``data()``, for --format csv|tsv the table file of
+    ``rows()``, and return True; False when the human view is wanted (neither is built then)."""
+    if kind == "json":
+        emit_json(data())
+        return True
+    if kind in ("csv", "tsv"):
+        emit_rows(rows(), kind)
+        return True
+    return False
+
+
 def attach(app: typer.Typer, commands) -> None:
     """Add a command module's ``COMMANDS`` ((name, function, typer settings), …) to ``app`` in order."""
     for name, fn, settings in commands:

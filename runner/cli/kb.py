@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillrun import api
-from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_rows, err, guarded, index, out_format,
+from skillrun import api, tabular
+from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_machine, err, guarded, index, out_format,
                                  want_json)
 from skillrun.errors import EXIT_FAILURE
 from skillrun.termtext import safe
@@ -42,14 +42,7 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
     idx = index()
     rows = [{"id": c.id, "title": c.data["title"], "gens": c.gens, "from": c.match["from_backend"], "to": c.match["to_backend"],
              "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
-    kind = out_format(fmt)
-    if kind == "json":
-        emit_json(rows)
-        return
-    if kind in ("csv", "tsv"):
-        from skillrun.tabular import card_rows
-
-        emit_rows(card_rows(rows), kind)
+    if emit_machine(out_format(fmt), lambda: rows, lambda: tabular.card_rows(rows)):
         return
     t = Table(title=f"Skill cards ({safe(idx.root)})")
     for col in ("id", "gens", "from → to", "recipes", "validation"):

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from skillrun import api
+from skillrun import api, tabular
 from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, OutFormat, command_line, console, cpu_fallback, cpu_note,
-                                 emit_json, emit_rows, err, guarded, index, out_format, print_results, term_width,
+                                 emit_json, emit_machine, err, guarded, index, out_format, print_results, term_width,
                                  want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
@@ -117,13 +117,7 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
     kind = out_format(fmt)
-    if kind == "json":
-        emit_json(ev.to_json())
-    elif kind in ("csv", "tsv"):
-        from skillrun.tabular import report_rows
-
-        emit_rows(report_rows(ev), kind)
-    else:
+    if not emit_machine(kind, ev.to_json, lambda: tabular.report_rows(ev)):
         console().print(terminal_report(ev))
     if html:
         page = write_html(ev, html)
