@@ -39,7 +39,7 @@ for mod in ('deep_gemm', 'vllm.model_executor.layers.fused_moe.fused_moe', 'sgla
         --shape 1,7168,2048,256,8 --shape 16,7168,2048,256,8 --shape 64,7168,2048,256,8 ;;
   p) run timeout 560 python3 -m skillrun run $CARD --rounds "$ROUNDS" --cuda-graph \
         --shape 256,7168,2048,256,8 --shape 2048,7168,2048,256,8 --shape 4096,7168,2048,256,8 --shape 1024,7168,2048,32,8 ;;
-  w) run timeout 200 python3 -m skillrun.profile_run --out "$OUT/moe_fp8_baseline.trace.json.gz" --steps 2:5 -- \
+  w) run timeout 200 python3 -m skillrun.profiling.run --out "$OUT/moe_fp8_baseline.trace.json.gz" --steps 2:5 -- \
         python3 benchmarks/workloads/fp8_blockscale_moe_workload.py
      run timeout 60 python3 -m skillrun --profile "$OUT/moe_fp8_baseline.trace.json.gz"
      run timeout 400 python3 -m skillrun e2e --profile "$FIXTURE" -n 3 --timeout 120 \

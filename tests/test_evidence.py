@@ -10,7 +10,8 @@ import yaml
 from rich.console import Console
 
 from kbfixture import CARD, make_kb
-from skillrun.evidence import build_index, kb_relative, summarize
+from skillrun.artifact_store import kb_relative
+from skillrun.evidence import build_index, summarize
 from skillrun.kb.index import SkillIndex
 from skillrun.report import render_html, terminal_report
 from skillrun.validation import write_artifact

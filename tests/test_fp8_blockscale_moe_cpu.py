@@ -240,7 +240,7 @@ def test_route_reads_the_layer_and_refuses_what_is_not_one():
 
 
 def test_route_wraps_the_baseline_layer_and_reuses_prepared_weights(monkeypatch):
-    from skillrun.e2e import child
+    from skillrun.profiling import routing as child
 
     # The baseline (cuBLAS block-wise) needs CUDA: a CPU stand-in with the same call signature is
     # wrapped instead (the oracle, which is not what the item routes to, so a routed call is visible).

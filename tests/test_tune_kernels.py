@@ -9,10 +9,10 @@ from pathlib import Path
 from test_tune import SHAPE, TIMER, _kb, run_tune, tunable_card
 
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import lint
+from skillrun.lint import lint
 from skillrun.kb.tunable import enumerate_candidates, kernel_spaces_of, lint_tunable
 from skillrun.select import select_recipe
-from skillrun.tune.artifact import load_tuning_artifact
+from skillrun.tuning_artifact import load_tuning_artifact
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -82,7 +82,7 @@ def test_a_deadlocking_port_is_an_error_naming_it_and_no_session_runs(kb):
 
 def test_the_tuner_records_a_deadlocking_candidate_as_timeout_and_times_the_rest(tmp_path):
     from test_tune import TIMER, tunable_card
-    from skillrun.tune.artifact import load_tuning_artifact
+    from skillrun.tuning_artifact import load_tuning_artifact
     from skillrun.tune.sweep import tune_shape
 
     root = make_defect_kb(tmp_path / "kb", [tunable_card("toy_deadlock", [16, 40, 64])])

@@ -5,7 +5,7 @@ MoE kernel; DeepGEMM does not load on the lent image). DeepSeek-V3 experts (E=25
 7168 -> 2048) at a decode and a prefill batch.
 
 Run under the runner's profile step, e.g.
-    python -m skillrun.profile_run --out fp8_blockscale_moe.json.gz --steps 2:5 -- \
+    python -m skillrun.profiling.run --out fp8_blockscale_moe.json.gz --steps 2:5 -- \
         python benchmarks/workloads/fp8_blockscale_moe_workload.py
 """
 from __future__ import annotations

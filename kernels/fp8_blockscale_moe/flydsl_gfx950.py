@@ -29,7 +29,6 @@ of 128), ``waves_per_eu`` (0 = no hint).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from skillrun_kernels._flydsl.runtime import check_mfma_tiles, config_from_dict, waves_per_eu_attrs
 from skillrun_kernels.fp8_blockscale_gemm import layout as L
@@ -335,7 +334,6 @@ def contiguous_routing(topk_ids, experts: int, tile_m: int):
 
 def prepare_weights(inputs: dict) -> dict:
     """Preshuffled W1/W2 (16x16, all experts as one (E*N, K) byte matrix) and flat block scales."""
-    import torch
 
     out = {}
     for w in ("w1", "w2"):

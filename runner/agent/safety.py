@@ -17,7 +17,7 @@ import os
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from skillrun.errors import UsageError
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from skillrun import api
@@ -25,11 +24,9 @@ from skillrun.agent import schemas as S
 from skillrun.agent.results import MAX_CHARS, UNTRUSTED_NOTE, dumps, error_result, fit, ok, write_analysis_json
 from skillrun.agent.safety import PathGuard, scrub
 from skillrun.errors import SkillRunError, UsageError
-from skillrun.kb import bounded_yaml
 from skillrun.kb.index import SkillIndex
 from skillrun.regular_files import read_regular
-from skillrun.validation import MAX_ARTIFACT_BYTES
-from skillrun.plan import problem_keys
+from skillrun.kb.cards import problem_keys
 from skillrun.select import parse_shape
 
 BODY_PREVIEW = 2500  # card/fact body characters shown before pointing at sections
@@ -264,7 +261,7 @@ class AgentTools:
         from skillrun.validation import load_artifact
 
         if "_tuning" in path.parts:  # tuning / ablation / compile-prune artifacts have their own schema
-            from skillrun.tune.artifact import load_tuning_artifact
+            from skillrun.tuning_artifact import load_tuning_artifact
 
             return ok(path=self._rel(path), artifact=load_tuning_artifact(pinned), full_result=self._rel(path),
                       untrusted_data=UNTRUSTED_NOTE)

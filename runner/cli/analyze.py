@@ -1,5 +1,6 @@
 """`skill-run --profile TRACE` (the root command), `match`, `plan` and `kernels`: read a trace, rank
-its hot kernels, match cards and plan; the root command with --run also executes the plan."""
+its hot kernels, match cards and plan; the root command with --run also executes the plan. The
+entry module attaches :func:`main_cmd` as the root callback and ``COMMANDS`` as sub-commands."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,21 +8,13 @@ from typing import List, Optional
 
 import typer
 
-from skillrun import api
+from skillrun import api, tabular
 from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, OutFormat,
-                                 command_line, console, cpu_fallback, cpu_note, devices_label, emit_json, emit_rows, err,
+                                 command_line, console, cpu_fallback, cpu_note, devices_label, emit_json, emit_machine, err,
                                  exit_if_unwritten, exit_on_card_problems, guarded, index, out_format, print_analysis,
                                  print_results, report_unwritten, state, term_width, unbounded, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
 from skillrun.termtext import safe
-
-
-def register(app: typer.Typer) -> None:
-    """The root callback (`skill-run --profile TRACE`), then `match`, `plan`, `kernels`, in the order `skill-run --help` lists them."""
-    app.callback(invoke_without_command=True)(main_cmd)
-    app.command("match")(match_cmd)
-    app.command("plan")(plan_cmd)
-    app.command("kernels")(kernels_cmd)
 
 
 def _progress():
@@ -154,14 +147,8 @@ def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profile
     idx = index()
     prof = api.ingest_profile(profile, arch=arch)
     rep = api.match(prof, idx, top=top)
-    kind = out_format(fmt)
-    if kind == "json":
-        emit_json({**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)})
-    elif kind in ("csv", "tsv"):
-        from skillrun.tabular import match_rows
-
-        emit_rows(match_rows(rep), kind)
-    else:
+    if not emit_machine(out_format(fmt), lambda: {**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)},
+                        lambda: tabular.match_rows(rep)):
         print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
     exit_on_card_problems(rep.card_problems)
     if not rep.matches:
@@ -181,14 +168,7 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
     """
     idx = index()
     a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape)
-    kind = out_format(fmt)
-    if kind == "json":
-        emit_json(a.plan.model_dump(mode="json"))
-    elif kind in ("csv", "tsv"):
-        from skillrun.tabular import plan_rows
-
-        emit_rows(plan_rows(a.plan), kind)
-    else:
+    if not emit_machine(out_format(fmt), lambda: a.plan.model_dump(mode="json"), lambda: tabular.plan_rows(a.plan)):
         print_analysis(a, top, wide)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
@@ -219,14 +199,7 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
         return
     prof = api.ingest_profile(profile, arch=arch)
     data = api.hot_kernels(prof, top)
-    kind = out_format(fmt)
-    if kind == "json":
-        emit_json(data)
-        return
-    if kind in ("csv", "tsv"):
-        from skillrun.tabular import kernel_rows
-
-        emit_rows(kernel_rows(data), kind)
+    if emit_machine(out_format(fmt), lambda: data, lambda: tabular.kernel_rows(data)):
         return
     width = term_width()
     wide = wide or unbounded(width)
@@ -245,11 +218,8 @@ def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: 
     from skillrun import trace_diff
 
     d = api.compare_profiles(api.ingest_profile(a, arch=arch), api.ingest_profile(b, arch=arch))
-    if kind == "json":
-        emit_json(d)
-        return
-    if kind in ("csv", "tsv"):
-        emit_rows(trace_diff.diff_rows(d), kind)  # every row: a file is for filtering, not for reading top-down
+    # Every row goes to a file: it is for filtering, not for reading top-down.
+    if emit_machine(kind, lambda: d, lambda: trace_diff.diff_rows(d)):
         return
     width = term_width()
     wide = wide or unbounded(width)
@@ -259,3 +229,11 @@ def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: 
     out.print(safe(trace_diff.summary_line(d)))
     table = trace_diff.render(d, top, width, wide)
     (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("match", match_cmd, {}),
+    ("plan", plan_cmd, {}),
+    ("kernels", kernels_cmd, {}),
+)

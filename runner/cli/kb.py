@@ -7,19 +7,11 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillrun import api
-from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_rows, err, exit_on_card_problems, guarded,
+from skillrun import api, tabular
+from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_machine, err, exit_on_card_problems, guarded,
                                  index, out_format, want_json)
 from skillrun.errors import EXIT_FAILURE
 from skillrun.termtext import plain_block, safe
-
-
-def register(app: typer.Typer) -> None:
-    """Attach `lint`, `list`, `show`, `fact` to the root app (in this order: `skill-run --help` lists them so)."""
-    app.command("lint")(lint_cmd)
-    app.command("list")(list_cmd)
-    app.command("show")(show_cmd)
-    app.command("fact")(fact_cmd)
 
 
 @guarded
@@ -50,15 +42,8 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
     idx = index()
     rows = [{"id": c.id, "title": c.data["title"], "gens": c.gens, "from": c.match["from_backend"], "to": c.match["to_backend"],
              "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
-    kind = out_format(fmt)
-    if kind == "json":
-        emit_json(rows)
+    if emit_machine(out_format(fmt), lambda: rows, lambda: tabular.card_rows(rows)):
         exit_on_card_problems(idx.problems)  # an invalid card is never dropped silently
-        return
-    if kind in ("csv", "tsv"):
-        from skillrun.tabular import card_rows
-
-        emit_rows(card_rows(rows), kind)
         return
     t = Table(title=f"Skill cards ({safe(idx.root)})")
     for col in ("id", "gens", "from → to", "recipes", "validation"):
@@ -77,18 +62,9 @@ def show_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id, 
     Example: skill-run show flydsl_fp8_blockscale_gemm
     """
     card = index().skill(skill_id)
-    if want_json():
-        emit_json(card.to_json())
-        return
-    from rich.markdown import Markdown
-
-    out = console()
-    out.print(f"[bold]{safe(card.id)}[/] — {safe(card.data['title'])}")
-    out.print(f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}")
-    for r in card.recipes:
-        out.print(f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}")
-    # Card text is untrusted: raw escapes are made visible and links printed as text (no OSC-8).
-    out.print(Markdown(plain_block(card.body), hyperlinks=False))
+    _print_card(card, [f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}"]
+                + [f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}"
+                   for r in card.recipes])
 
 
 @guarded
@@ -97,12 +73,28 @@ def fact_cmd(fact_id: str = typer.Argument(..., metavar="FACT", help="Fact id, a
 
     Example: skill-run fact gfx950_hardware
     """
-    fact = index().fact(fact_id)
+    _print_card(index().fact(fact_id), [])
+
+
+def _print_card(card, lines: list[str]) -> None:
+    """A skill or fact card: its front matter as data with --json, else title, ``lines`` and its body."""
     if want_json():
-        emit_json(fact.to_json())
+        emit_json(card.to_json())
         return
     from rich.markdown import Markdown
 
     out = console()
-    out.print(f"[bold]{safe(fact.id)}[/] — {safe(fact.data['title'])}")
-    out.print(Markdown(plain_block(fact.body), hyperlinks=False))
+    out.print(f"[bold]{safe(card.id)}[/] — {safe(card.data['title'])}")
+    for line in lines:
+        out.print(line)
+    # Card text is untrusted: raw escapes are made visible and links printed as text (no OSC-8).
+    out.print(Markdown(plain_block(card.body), hyperlinks=False))
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("lint", lint_cmd, {}),
+    ("list", list_cmd, {}),
+    ("show", show_cmd, {}),
+    ("fact", fact_cmd, {}),
+)

@@ -10,21 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from skillrun import api
+from skillrun import api, tabular
 from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, OutFormat, command_line, console, cpu_fallback, cpu_note,
-                                 emit_json, emit_rows, err, exit_if_unwritten, guarded, index, out_format, print_results,
+                                 emit_json, emit_machine, err, exit_if_unwritten, guarded, index, out_format, print_results,
                                  report_unwritten, term_width,
                                  want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
-
-
-def register(app: typer.Typer) -> None:
-    """Attach `run`, `check`, `report`, `doctor` to the root app (in this order: `skill-run --help` lists them so)."""
-    app.command("run")(run_cmd)
-    app.command("check")(check_cmd)
-    app.command("report")(report_cmd)
-    app.command("doctor")(doctor_cmd)
 
 
 @guarded
@@ -131,13 +123,7 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
     kind = out_format(fmt)
-    if kind == "json":
-        emit_json(ev.to_json())
-    elif kind in ("csv", "tsv"):
-        from skillrun.tabular import report_rows
-
-        emit_rows(report_rows(ev), kind)
-    else:
+    if not emit_machine(kind, ev.to_json, lambda: tabular.report_rows(ev)):
         console().print(terminal_report(ev))
     if html:
         page = write_html(ev, html)
@@ -161,3 +147,12 @@ def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metava
         out = console()
         for line, style in render_lines(rep):
             out.print(safe(line), style=style or None)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("run", run_cmd, {}),
+    ("check", check_cmd, {}),
+    ("report", report_cmd, {}),
+    ("doctor", doctor_cmd, {}),
+)

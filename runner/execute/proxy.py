@@ -12,7 +12,6 @@ session then run exactly this shape, and the artifact's ``proxy_shape`` records 
 """
 from __future__ import annotations
 
-from typing import Any
 
 # Per-dimension caps; dimensions not listed keep their value (group_size, topk: structural).
 DEFAULT_CAPS: dict[str, int] = {
