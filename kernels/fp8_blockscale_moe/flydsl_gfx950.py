@@ -334,7 +334,6 @@ def contiguous_routing(topk_ids, experts: int, tile_m: int):
 
 def prepare_weights(inputs: dict) -> dict:
     """Preshuffled W1/W2 (16x16, all experts as one (E*N, K) byte matrix) and flat block scales."""
-
     out = {}
     for w in ("w1", "w2"):
         q = inputs[w]
