@@ -27,18 +27,13 @@ from typing import Any, Iterable
 from skillrun.errors import InputError, SkillRunError
 from skillrun.evidence import Entry, EvidenceIndex, Summary, build_index, summarize
 
-VERDICT_STYLE = {
-    "validated": "bold green", "slower": "yellow", "parity_failed": "bold red", "error": "bold red",
-    "compile_failed": "red", "compile_verified": "cyan", "cpu_numerics_passed": "cyan", "skipped": "dim",
-    "invalid": "bold magenta",
-}
-VERDICT_COLOR = {
-    "validated": "#1a7f37", "slower": "#9a6700", "parity_failed": "#cf222e", "error": "#cf222e",
-    "compile_failed": "#cf222e", "compile_verified": "#0969da", "cpu_numerics_passed": "#0969da", "skipped": "#6e7781",
-    "invalid": "#8250df",
-}
-SPEED_COLOR = {"faster": "#1a7f37", "within_noise": "#6e7781", "slower": "#bf8700", "not_timed": "#8c959f"}
-SPEED_WORD = {"faster": "faster", "within_noise": "within noise", "slower": "slower", "not_timed": "not timed"}
+from skillrun.verdict import REF_PARITY_WORDS, SPEED_TONE, SPEED_WORDS, TONE_COLOR, VERDICTS, speed_style, verdict_style
+
+# Colours come from the tone of each word in skillrun.verdict, the one vocabulary.
+VERDICT_STYLE = {v: verdict_style(v) for v in VERDICTS}
+VERDICT_COLOR = {v: TONE_COLOR[tone] for v, (tone, _) in VERDICTS.items()}
+SPEED_COLOR = {k: TONE_COLOR[t] for k, t in SPEED_TONE.items()}
+SPEED_WORD = SPEED_WORDS
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -182,12 +177,10 @@ def report_table(records: list[dict[str, Any]]):
 
 # ---------------------------------------------------------------------------------------- summary rows
 def _ref_parity(r) -> str:
-    if r.status in ("unsupported", "unavailable", "not_run"):
-        return f"{r.name} {r.status}"
-    if r.status == "error":
-        return f"{r.name} error"
-    mark = "ok" if r.parity_passed else ("FAIL" if r.parity_passed is False else "?")
-    return f"{r.name} {mark}" + (f" {_num(r.rel_fro, 2)}" if r.rel_fro is not None else "")
+    kind = r.parity_kind
+    word = REF_PARITY_WORDS[kind][0]
+    shown = kind in ("passes", "fails", "expected_miss") and r.rel_fro is not None
+    return f"{r.name} {word}" + (f" {_num(r.rel_fro, 2)}" if shown else "")
 
 
 def summary_row(e: Entry) -> dict[str, Any]:
@@ -203,6 +196,8 @@ def summary_row(e: Entry) -> dict[str, Any]:
         speed = f"{s.speedup:.3f}× vs {s.versus}"
         if not s.versus_production and prod is not None:
             speed += f" (not the production {prod.name})"
+        elif not s.versus_production and s.production_names:
+            speed += " (not a production kernel)"
         speed_sub = f"A/A noise {noise_text(s)} · {SPEED_WORD[s.speed]}"
     elif s.mode == "gpu_measured":
         speed = "no speedup"
@@ -216,8 +211,7 @@ def summary_row(e: Entry) -> dict[str, Any]:
     evidence = ["STALE" if e.stale else "current"]
     if e.superseded:
         evidence.append(f"{len(e.superseded)} superseded")
-    if e.card_edited and not e.stale:
-        evidence.append("card edited")
+    # An edit to the card's prose is not news on every row (it is in --json as card_edited).
     return {
         "entry": e,
         "card": e.card,
@@ -231,8 +225,10 @@ def summary_row(e: Entry) -> dict[str, Any]:
         "speed_axis": s.speed,
         "port_parity": port,
         "port_failed": s.port_parity is False,
-        "ref_parity": [(_ref_parity(r), r.parity_passed is False or r.status == "error", r.production) for r in s.refs],
-        "failing_baseline": any(r.role == "baseline" and (r.parity_passed is False or r.status == "error") for r in s.refs),
+        # (text, failed, production): failed only for what a reviewer must look at (a production
+        # reference off the oracle, an error), not for an alternative expected to miss the oracle.
+        "ref_parity": [(_ref_parity(r), r.fails_unexpectedly, r.production) for r in s.refs],
+        "failing_baseline": any(r.role == "baseline" and r.fails_unexpectedly for r in s.refs),
         "timing_mode": s.timing_mode or "—",
         "commit": s.commit + (" (dirty)" if s.dirty else ""),
         "date": s.created[:16].replace("T", " "),
@@ -280,16 +276,16 @@ def summary_table(ev: EvidenceIndex):
         verdict = Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))
         vt = row["verdict_text"].strip()
         # The speedup cell already says faster/slower/within noise; the text matters when nothing was compared.
-        if vt and row["verdict"] not in ("validated", "slower", "compile_verified"):
+        if vt and row["verdict"] not in ("validated", "slower", "within_noise", "compile_verified"):
             verdict.append("\n" + vt[:100] + ("…" if len(vt) > 100 else ""), style="dim")
         parity = Text("port " + row["port_parity"], style="bold red" if row["port_failed"] else "")
         for text, failed, prod in row["ref_parity"]:
-            parity.append("\n" + text + (" (prod.)" if prod else ""), style="bold red" if failed else "")
+            parity.append("\n" + text + (" (production)" if prod else ""), style="bold red" if failed else ("" if prod or "expected" not in text else "dim"))
         evidence = Text(" · ".join(row["evidence"]), style="bold red" if row["entry"].stale else "")
         for r in row["stale_reasons"][:1]:
             evidence.append("\n" + r[:70] + ("…" if len(r) > 70 else ""), style="dim")
-        table.add_row("  " + row["shape_class"], row["shape"], row["device"], verdict,
-                      Text(row["speed"] + "\n") + Text(row["speed_sub"], style="dim"), parity,
+        speed = Text(row["speed"] + "\n", style=speed_style(row["speed_axis"])) + Text(row["speed_sub"], style="dim")
+        table.add_row("  " + row["shape_class"], row["shape"], row["device"], verdict, speed, parity,
                       f"{row['commit']} {row['date']}\n{row['timing_mode']}", evidence)
     return table
 
