@@ -91,11 +91,19 @@ def test_table_accepts_minimal_execute_results():
 
 def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tmp_path: Path):
     recs = load_artifacts([artifacts])
+    from skillrun.errors import InputError
+    from skillrun.report import SORT_JS
+
+    with pytest.raises(InputError, match="does not exist"):  # a mistyped folder is not created
+        write_html(recs, tmp_path / "out" / "report.html")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()
     page = write_html(recs, tmp_path / "out" / "report.html")
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)  # nothing fetched from a network
-    assert "<script>" not in text and "&lt;script&gt;" in text
+    # the page's only script is its own table sorter; a script in an artifact is text
+    assert text.count("<script>") == 1 and f"<script>{SORT_JS}</script>" in text and "&lt;script&gt;" in text
     assert "data:image/png" not in text  # vector charts only
     svgs = re.findall(r"<svg [^>]*>", text)
     # One speedup chart for the card plus one timing chart per timed record.
