@@ -113,7 +113,7 @@ def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tm
     assert text.index("id='summary'") < text.index("<svg")
     summary = text[text.index("id='summary'"):text.index("</table>", text.index("id='summary'"))]
     assert summary.index("Measured on a GPU") < summary.index("CPU numerics")
-    assert "broken.yaml" in text
+    assert "broken.yaml" in text.replace("<wbr>", "")  # names may wrap after _ / , :
 
 
 def test_cpu_speedups_are_not_shown_as_gpu_evidence():
