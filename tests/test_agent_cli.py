@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage  # noqa: E402
 
 from kbfixture import make_kb  # noqa: E402
 from skillrun.agent import llm as llm_mod  # noqa: E402
-from skillrun.agent.cli import register  # noqa: E402
+from skillrun.cli.agent import register  # noqa: E402
 from skillrun.errors import EXIT_UNAVAILABLE, UnavailableError  # noqa: E402
 
 

@@ -196,7 +196,7 @@ def test_backend_cuda_without_gpu_is_exit_5():
 
 # ------------------------------------------------------------------------------------------ help
 def _commands():
-    from skillrun.cli import build_cli
+    from skillrun.cli.entry import build_cli
 
     group = build_cli()
     return group, group.commands
@@ -268,7 +268,7 @@ def test_termtext_safe_escapes_controls_and_markup():
 def test_check_rows_never_collapse_at_80_columns():
     from rich.console import Console
 
-    from skillrun.cli import _rows_fit
+    from skillrun.cli.run import _rows_fit
 
     rows = [{"recipe": f"recipe_{i}_with_a_long_name", "kernel": "skillrun_kernels.fp8_blockscale_gemm.flydsl_4wave:build",
              "shape": "M=4096,N=65536,K=1536", "status": "compile_verified", "vgpr": 256, "spills": 0,

@@ -243,10 +243,8 @@ def test_moe_route_wraps_the_baseline_layer_and_reuses_packed_weights(monkeypatc
 def test_cli_e2e_needs_exactly_one_plan_source(tmp_path):
     from typer.testing import CliRunner
 
-    from skillrun.cli import app
-    from skillrun.cli_e2e import register
+    from skillrun.cli.entry import app
 
-    register(app)
     res = CliRunner().invoke(app, ["e2e", "--", sys.executable, WORKLOAD])
     assert res.exit_code == 2 and "exactly one of --profile TRACE or --plan" in res.output
     missing = tmp_path / "nope.json"

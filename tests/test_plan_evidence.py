@@ -58,7 +58,7 @@ def test_demo_plan_text_names_evidence_and_total(demo):
 
 
 def test_cli_plan_prints_measured_expectation():
-    from skillrun.cli import app
+    from skillrun.cli.entry import app
 
     res = CliRunner().invoke(app, ["plan", str(DEMO)])
     assert res.exit_code == 0, res.output

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from skillrun import cli_extra  # noqa: F401  (registers `profile` on the app)
 from skillrun import profiling
-from skillrun.cli import app
+from skillrun.cli.entry import app
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE, SkillRunError, UsageError
 from skillrun.profile_run import WorkloadFailed, parse_steps, profile_workload
 

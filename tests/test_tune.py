@@ -219,7 +219,7 @@ def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
 
     from click.testing import CliRunner
 
-    from skillrun.cli import build_cli
+    from skillrun.cli.entry import build_cli
 
     app = build_cli()  # the real command group: every registered command, --kb/--json anywhere
     index = _kb(tmp_path, [tunable_card("toy_cli", [16, 48, 64])])

@@ -1,0 +1,206 @@
+"""`skill-run --profile TRACE` (the root command), `match`, `plan` and `kernels`: read a trace, rank
+its hot kernels, match cards and plan; the root command with --run also executes the plan."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from skillrun import api
+from skillrun.cli.common import (ARCH_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, command_line, console,
+                                 cpu_fallback, cpu_note, devices_label, emit_json, err, exit_on_card_problems, guarded,
+                                 index, print_analysis, print_results, state, term_width, want_json)
+from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
+from skillrun.termtext import safe
+
+
+def register(app: typer.Typer) -> None:
+    """The root callback (`skill-run --profile TRACE`), then `match`, `plan`, `kernels`, in the order `skill-run --help` lists them."""
+    app.callback(invoke_without_command=True)(main_cmd)
+    app.command("match")(match_cmd)
+    app.command("plan")(plan_cmd)
+    app.command("kernels")(kernels_cmd)
+
+
+def _progress():
+    """A rich progress bar fed by ingest's (done, total) byte callback; shown only for large files."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    prog = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=True)
+    task = {"id": None}
+    stop = prog.stop
+    prog.stop = lambda: stop() if task["id"] is not None else None  # never started: print nothing
+
+    def cb(done: int, total: int) -> None:
+        if total < 64 * 1024 * 1024:
+            return
+        if task["id"] is None:
+            prog.start()
+            task["id"] = prog.add_task("reading trace", total=total)
+        prog.update(task["id"], completed=done)
+        if done >= total:
+            prog.stop()
+
+    return prog, cb
+
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("skillrun")
+        except PackageNotFoundError:
+            v = "0.1.0 (not installed)"
+        typer.echo(f"skill-run {v}")
+        raise typer.Exit(0)
+
+
+
+def main_cmd(
+    ctx: typer.Context,
+    profile: Optional[Path] = typer.Option(None, "--profile", "-p", metavar="TRACE", help="Profiler trace to analyse (format detected from content)."),
+    arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+    top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
+    shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables (also after a command: skill-run list --json)."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+    run: bool = typer.Option(False, "--run", help="Execute every planned recipe and write validation YAML."),
+    kb: Optional[Path] = typer.Option(None, "--kb", metavar="DIR", help="Knowledge base folder (default: this checkout, the installed copy or $SKILLRUN_KB)."),
+    backend: Optional[Backend] = typer.Option(None, "--backend", help="With --run: where to run (default: the GPU present). cpu checks numerics on a small proxy shape, no timing."),
+    seeds: int = typer.Option(3, "--seeds", min=1, metavar="N", help="With --run: fresh random input sets for the parity gate (at least 1)."),
+    rounds: int = typer.Option(100, "--rounds", min=1, metavar="N", help="With --run: interleaved A/B timing rounds (at least 1)."),
+    cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="With --run: keep L2 cold by rotating input sets, by a flush kernel, or not at all."),
+    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="With --run: time CUDA-graph replays instead of eager launches."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version and exit."),
+):
+    state["kb"] = kb
+    state["json"] = as_json
+    if ctx.invoked_subcommand is not None:
+        # `skill-run --json CMD`: commands with their own --json (as_json) see it as their default.
+        sub = ctx.command.get_command(ctx, ctx.invoked_subcommand) if hasattr(ctx.command, "get_command") else None
+        names = {p.name for p in getattr(sub, "params", [])}
+        dm = {}
+        if as_json and "as_json" in names:
+            dm["as_json"] = True
+        if kb is not None and "kb" in names:
+            dm["kb"] = str(kb)
+        if dm:
+            ctx.default_map = {ctx.invoked_subcommand: dm}
+        return
+    if profile is None:
+        if run or arch or shape:
+            err.print("error: --run, --arch and --shape need --profile TRACE (see skill-run --help)")
+            raise typer.Exit(EXIT_USAGE)
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    _analyse(profile, arch, top, shape, want_json(as_json), run, wide,
+             dict(backend=backend.value if backend else None, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
+                  cuda_graph=cuda_graph))
+
+
+@guarded
+def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw: dict | None = None) -> None:
+    idx = index()
+    prog, cb = _progress()
+    try:
+        a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape, progress=cb)
+    finally:
+        prog.stop()
+    results = None
+    asked_cpu = False
+    cpu_run = False
+    if run:
+        kw = dict(exec_kw or {})
+        kw["backend"], asked_cpu = cpu_fallback(kw.get("backend"))
+        cpu_run = kw["backend"] == "cpu"
+        results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), **kw)
+    if as_json:
+        data = a.to_json(top)
+        if results is not None:
+            data["results"] = results
+        emit_json(data)
+    else:
+        print_analysis(a, top, wide)
+        if results is not None:
+            print_results(results)
+    if cpu_run and results is not None:
+        cpu_note(results, asked_cpu)
+    exit_on_card_problems(a.matches.card_problems)
+    if not a.matches.matches:
+        raise typer.Exit(EXIT_NO_MATCH)
+    if results is not None and any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
+        raise typer.Exit(EXIT_FAILURE)
+    if cpu_run and not asked_cpu:
+        raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+
+@guarded
+def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to match."),
+              arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+              top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
+              wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+    """Match a profile's hot kernels against every card; print each criterion, matches and near misses.
+
+    Example: skill-run match trace.json.gz --arch gfx950
+    """
+    idx = index()
+    prof = api.ingest_profile(profile, arch=arch)
+    rep = api.match(prof, idx, top=top)
+    if want_json():
+        emit_json({**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)})
+    else:
+        print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
+    exit_on_card_problems(rep.card_problems)
+    if not rep.matches:
+        raise typer.Exit(EXIT_NO_MATCH)
+
+
+@guarded
+def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to plan for."),
+             arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+             top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
+             shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
+             wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+    """Ingest, match and pick a recipe per shape (nothing is run).
+
+    Example: skill-run plan trace.json.gz --shape 4096,2048,7168
+    """
+    idx = index()
+    a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape)
+    if want_json():
+        emit_json(a.plan.model_dump(mode="json"))
+    else:
+        print_analysis(a, top, wide)
+    exit_on_card_problems(a.matches.card_problems)
+    if not a.matches.matches:
+        raise typer.Exit(EXIT_NO_MATCH)
+
+
+@guarded
+def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to read."),
+                arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+                top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many hot kernels to list (at least 1)."),
+                wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+    """Only the hot-kernel table: op, shape, dtype, calls, mean/min/max, achieved throughput vs peak,
+    GPU time by category, idle time and per-device totals (no matching).
+
+    Example: skill-run kernels trace.json.gz --top 30 --wide
+    """
+    from skillrun.hot_table import breakdown_lines, render
+
+    prof = api.ingest_profile(profile, arch=arch)
+    data = api.hot_kernels(prof, top)
+    if want_json():
+        emit_json(data)
+        return
+    width = term_width()
+    out = console(width)
+    out.print(f"[bold]{safe(Path(prof.source).name)}[/]  format={prof.format}  arch={safe(prof.arch or 'unknown')}  ({safe(devices_label(prof))})")
+    for line in breakdown_lines(data):
+        out.print(safe(line))
+    table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})")
+    (console(10_000) if wide else out).print(table, crop=not wide)

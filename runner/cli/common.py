@@ -1,0 +1,207 @@
+"""The kit every `skill-run` command module imports: the session state that the root options set
+(--kb, --json), consoles, JSON output, the failure guard, option types and help strings shared by
+several commands, and the printers more than one command uses.
+
+A command reads the knowledge base with :func:`index`, decides JSON with :func:`want_json`, prints
+JSON with :func:`emit_json` and wears :func:`guarded` (one clear line and a documented exit code per
+failure). Nothing here imports a command module or the entry module.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from enum import Enum
+from functools import wraps
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from typer._click import exceptions as _cexc  # typer ships its own click
+
+from skillrun import api
+from skillrun.errors import EXIT_FAILURE, SkillRunError
+from skillrun.termtext import safe
+
+# Set by the root callback and by the --kb/--json copies that the entry module puts on every command.
+state: dict[str, Any] = {"kb": None, "json": False}
+
+
+def term_width() -> int:
+    """The terminal's width; when piped, $COLUMNS, else 80."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return max(40, int(cols))
+    if sys.stdout.isatty():
+        return max(40, shutil.get_terminal_size((80, 24)).columns)
+    return 80
+
+
+def console(width: Optional[int] = None) -> Console:
+    return Console(highlight=False, soft_wrap=False, width=width or term_width(), markup=True)
+
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = console()  # a shared console for short messages; tables take console() per print (the width may change)
+
+
+def index():
+    """The knowledge base named by --kb (anywhere on the command line), else the default one."""
+    return api.load_index(state["kb"])
+
+
+def want_json(as_json: bool = False) -> bool:
+    return bool(as_json or state["json"])
+
+
+def emit_json(data: Any) -> None:
+    # Strict JSON: NaN/Infinity (from a hostile trace or a broken timer) become null.
+    from skillrun.strict_json import dumps
+
+    sys.stdout.write(dumps(data, indent=2) + "\n")
+
+
+def exit_on_card_problems(problems) -> None:
+    """Cards left out of matching are listed on stderr and the exit code is 1 (never silent)."""
+    if not problems:
+        return
+    for p in problems:
+        where = ": ".join(x for x in (p.path, p.field) if x)
+        err.print(f"invalid card, not used: {safe(where)}: {safe(p.reason)}", markup=False, highlight=False)
+    raise typer.Exit(EXIT_FAILURE)
+
+
+def guarded(fn):
+    """One clear line and a documented exit code for every failure; never a traceback by default."""
+
+    @wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except (typer.Exit, _cexc.UsageError):
+            raise
+        except SkillRunError as exc:
+            err.print(f"[bold red]error:[/] {safe(exc)}", markup=True, highlight=False)
+            raise typer.Exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+            if os.environ.get("SKILLRUN_DEBUG"):
+                raise
+            err.print(f"[bold red]internal error:[/] {safe(type(exc).__name__)}: {safe(exc)} (set SKILLRUN_DEBUG=1 for a traceback)")
+            raise typer.Exit(EXIT_FAILURE)
+
+    return wrapper
+
+
+class Backend(str, Enum):
+    cuda = "cuda"
+    rocm = "rocm"
+    cpu = "cpu"
+
+
+class ColdL2(str, Enum):
+    rotate = "rotate"
+    flush = "flush"
+    off = "off"
+
+
+ARCH_HELP = "Device arch when the trace does not say: gfx950, gfx942, gfx90a, sm_90, sm_100, … (a typo is an error)."
+TOP_HELP = "How many hot kernels to rank and match (at least 1)."
+SHAPE_HELP = "Shape for kernels whose shape the trace lacks, in the card's key order, e.g. 4096,2048,7168 (repeatable)."
+WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal)."
+
+
+# --------------------------------------------------------------------------- shared printers
+def devices_label(p) -> str:
+    names = [d.name or d.arch or "?" for d in p.devices]
+    if not names:
+        return "unknown device"
+    if len(set(names)) == 1:
+        return (f"{len(names)}× " if len(names) > 1 else "") + names[0]
+    return ", ".join(names)
+
+
+def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
+    from skillrun.hot_table import breakdown_lines, hot_kernels, render
+
+    width = term_width()
+    out = console(width)
+    p = a.profile
+    out.print(f"[bold]{safe(Path(p.source).name)}[/]  format={p.format}  arch={safe(p.arch or 'unknown')}  ({safe(devices_label(p))})")
+    out.print(f"GPU kernel time {p.total_kernel_us / 1e3:.3f} ms over {p.kernel_calls} kernel calls; "
+              f"{p.linked_calls} calls linked to an op with shapes; shape unknown for {p.unattributed_us / 1e3:.3f} ms"
+              + (f"; graph replay: {p.graph_replay.kernel_calls} kernel calls from {p.graph_replay.launches} graph launches" if p.graph_replay.detected else ""))
+    for w in p.warnings:
+        out.print(f"[yellow]warning:[/] {safe(w)}")
+    data = hot_kernels(p, top)
+    for line in breakdown_lines(data):
+        out.print(safe(line))
+    table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(p.kernels))} of {len(p.kernels)})")
+    if wide:
+        console(10_000 if wide else width).print(table, crop=False)
+    else:
+        out.print(table)
+
+    m = a.matches
+    if m.communication:
+        out.print(f"[dim]{len(m.communication)} communication kernel(s) (NCCL/RCCL) are listed but not offered to cards.[/]")
+    if not m.matches:
+        out.print("[bold yellow]No skill card matches a hot kernel of this profile.[/]")
+    for res in m.matches + m.near_misses:
+        tag = "[green]MATCH[/]" if res.matched else "[yellow]near miss[/]"
+        out.print(f"{tag} [bold]{safe(res.skill_id)}[/] ← {safe(res.kernel[:100])} ({res.pct_gpu:.2f}% GPU)")
+        for c in res.criteria:
+            mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
+            out.print(f"    {mark} {safe(c.name)}: {safe(c.reason)}" + ("" if c.required else " [dim](informational)[/]"))
+
+    from skillrun.plan import plan_lines
+
+    for line in plan_lines(a.plan):
+        out.print(line)
+
+
+def print_results(results: list[dict]) -> None:
+    from skillrun.report import report_table
+
+    out = console()
+    out.print(report_table(results))
+    for r in results:
+        if r.get("artifact"):
+            out.print(f"wrote {safe(r['artifact'])}")
+
+
+
+# --------------------------------------------------------------------------- runs without a GPU
+def command_line() -> str:
+    return " ".join(["skill-run", *sys.argv[1:]])
+
+
+def gpu_present() -> bool:
+    from skillrun.execute.backends import detect_facts
+
+    return detect_facts(None).kind != "cpu"
+
+
+def cpu_fallback(backend: Optional[str]) -> tuple[Optional[str], bool]:
+    """(backend to run with, whether the user asked for CPU numerics). Without a GPU and without
+    --backend, the runner still checks CPU numerics, then says so and exits 5."""
+    if backend is not None:
+        return backend, backend == "cpu"
+    if gpu_present():
+        return None, False
+    return "cpu", False
+
+
+def cpu_note(results: list[dict], asked: bool) -> None:
+    proxies = sorted({json.dumps(r.get("proxy_shape")) for r in results if r.get("proxy_shape")})
+    msg = ("no GPU was used: this measured CPU numerics of the port on a small proxy shape"
+           + (f" ({', '.join(proxies)})" if proxies else "") + "; there is no timing and no speedup")
+    if asked:
+        err.print(f"[yellow]note:[/] {safe(msg)}")
+    else:
+        err.print(f"[bold red]error:[/] no GPU on this machine; {safe(msg)} (pass --backend cpu to ask for exactly "
+                  "this, `skill-run check CARD` for FlyDSL compile-only gates, or run on a GPU)")

@@ -1,0 +1,97 @@
+"""`skill-run lint`, `list`, `show` and `fact`: read and check the knowledge base."""
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from skillrun import api
+from skillrun.cli.common import console, emit_json, err, guarded, index, want_json
+from skillrun.errors import EXIT_FAILURE
+from skillrun.termtext import safe
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `lint`, `list`, `show`, `fact` to the root app (in this order: `skill-run --help` lists them so)."""
+    app.command("lint")(lint_cmd)
+    app.command("list")(list_cmd)
+    app.command("show")(show_cmd)
+    app.command("fact")(fact_cmd)
+
+
+@guarded
+def lint_cmd():
+    """Validate every card, fact and validation artifact; run each card's own test cases.
+
+    Example: skill-run lint --kb ./my-kb
+    """
+    rep = api.lint_kb(index())
+    if want_json():
+        emit_json(rep.to_json())
+    else:
+        for e in rep.errors:
+            err.print(f"[red]✗[/] {safe(e)}", highlight=False)
+        c = rep.checked
+        msg = f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, {c.get('artifacts', 0)} validation artifacts checked"
+        console().print(("[green]lint ok:[/] " if rep.ok else f"[red]lint failed ({len(rep.errors)} errors):[/] ") + msg)
+    if not rep.ok:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@guarded
+def list_cmd():
+    """List skill cards: id, device generations, what they port from and to, recipes, validation status.
+
+    Example: skill-run list --json
+    """
+    idx = index()
+    rows = [{"id": c.id, "title": c.data["title"], "gens": c.gens, "from": c.match["from_backend"], "to": c.match["to_backend"],
+             "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
+    if want_json():
+        emit_json(rows)
+        return
+    t = Table(title=f"Skill cards ({safe(idx.root)})")
+    for col in ("id", "gens", "from → to", "recipes", "validation"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        frm = r["from"] if isinstance(r["from"], str) else "/".join(r["from"])
+        t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), safe(r["validation"]))
+    console().print(t)
+
+
+@guarded
+def show_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id, as `skill-run list` prints it.")):
+    """Print one card: match signature, recipes, body (front matter as data with --json).
+
+    Example: skill-run show flydsl_fp8_blockscale_gemm
+    """
+    card = index().skill(skill_id)
+    if want_json():
+        emit_json(card.to_json())
+        return
+    from rich.markdown import Markdown
+
+    out = console()
+    out.print(f"[bold]{safe(card.id)}[/] — {safe(card.data['title'])}")
+    out.print(f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}")
+    for r in card.recipes:
+        out.print(f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}")
+    out.print(Markdown(card.body))
+
+
+@guarded
+def fact_cmd(fact_id: str = typer.Argument(..., metavar="FACT", help="Fact id, as a card's `facts` list names it.")):
+    """Print one fact card.
+
+    Example: skill-run fact gfx950_hardware
+    """
+    fact = index().fact(fact_id)
+    if want_json():
+        emit_json(fact.to_json())
+        return
+    from rich.markdown import Markdown
+
+    out = console()
+    out.print(f"[bold]{safe(fact.id)}[/] — {safe(fact.data['title'])}")
+    out.print(Markdown(fact.body))

@@ -1,0 +1,150 @@
+"""`skill-run run`, `check`, `report` and `doctor`: run a port against its references, compile-check a
+FlyDSL card without a GPU, summarise validation artifacts, say what this machine can do."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from skillrun import api
+from skillrun.cli.common import (Backend, ColdL2, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
+                                 index, print_results, term_width, want_json)
+from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
+from skillrun.termtext import plain, safe
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `run`, `check`, `report`, `doctor` to the root app (in this order: `skill-run --help` lists them so)."""
+    app.command("run")(run_cmd)
+    app.command("check")(check_cmd)
+    app.command("report")(report_cmd)
+    app.command("doctor")(doctor_cmd)
+
+
+@guarded
+def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id whose port to run."),
+            shape: List[str] = typer.Option(..., "--shape", metavar="SHAPE", help="Shape(s) to run in the card's key order, e.g. 4096,2048,7168 (repeatable)."),
+            backend: Optional[Backend] = typer.Option(None, "--backend", help="Where to run (default: the GPU present). cpu checks numerics on a small proxy shape, no timing."),
+            seeds: int = typer.Option(3, "--seeds", min=1, metavar="N", help="Fresh random input sets for the parity gate (at least 1)."),
+            rounds: int = typer.Option(100, "--rounds", min=1, metavar="N", help="Interleaved A/B timing rounds (at least 1)."),
+            cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="Keep L2 cold by rotating input sets, by a flush kernel, or not at all."),
+            cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Time CUDA-graph replays instead of eager launches."),
+            no_write: bool = typer.Option(False, "--no-write", help="Do not write validation YAML.")):
+    """Run a card's port against its references for given shapes and write validation YAML.
+
+    Example: skill-run run triton_fp8_blockscale_gemm_sm90 --shape 4096,7168,2048 --backend cuda
+    """
+    be, asked_cpu = cpu_fallback(backend.value if backend else None)
+    results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
+                            cuda_graph=cuda_graph, write=not no_write, command=command_line())
+    if want_json():
+        emit_json(results)
+    else:
+        print_results(results)
+    if be == "cpu":
+        cpu_note(results, asked_cpu)
+    if any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
+        raise typer.Exit(EXIT_FAILURE)
+    if be == "cpu" and not asked_cpu:
+        raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+
+def _rows_fit(rows: list[dict], width: int, title: str):
+    """A table when it fits ``width``; else one block per row (label: value), which never collapses."""
+    from rich.console import Group
+    from rich.text import Text
+
+    t = Table(title=title, title_justify="left")
+    cols = list(rows[0]) if rows else []
+    for c in cols:
+        t.add_column(str(c), no_wrap=True)
+    for r in rows:
+        t.add_row(*[plain(v) for v in r.values()])
+    probe = Console(width=100_000, file=open(os.devnull, "w"))
+    need = probe.measure(t).maximum
+    if need <= width:
+        return t
+    blocks: list = [Text(title, style="italic")]
+    for r in rows:
+        items = list(r.items())
+        head = Text(f"{items[0][0]}: {plain(items[0][1])}", style="bold") if items else Text("")
+        blocks.append(head)
+        for k, v in items[1:]:
+            blocks.append(Text(f"  {k}: {plain(v)}", overflow="fold"))
+    return Group(*blocks)
+
+
+
+@guarded
+def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a FlyDSL card (its to_backend is flydsl)."),
+              arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help="AMD target to compile for: gfx950 or gfx942 (default: the card's first gen)."),
+              shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help="Shape(s) to compile in the card's key order (default: each recipe's own; repeatable)."),
+              no_write: bool = typer.Option(False, "--no-write", help="Do not write compile-only validation YAML.")):
+    """Compile a FlyDSL card's recipes for an AMD target without a GPU and apply the card's static gates
+    (spills, scratch, occupancy, opcodes). Compile-only: no kernel runs, no timing.
+
+    Example: skill-run check flydsl_fp8_blockscale_gemm --arch gfx950
+    """
+    rep = api.check(index(), skill_id, arch=arch, shapes=shape, write=not no_write)
+    if want_json():
+        emit_json(rep.to_json())
+    else:
+        out = console()
+        out.print(_rows_fit(rep.table(), term_width(), f"{skill_id}: compile-only checks (no GPU was used; FlyDSL {rep.flydsl})"))
+        out.print("[green]all gates passed[/]" if rep.passed else "[red]a gate failed[/]")
+    if not rep.passed:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@guarded
+def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIFACT_OR_DIR", help="Validation artifacts or folders (default: validation/)."),
+               html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here.")):
+    """A reviewer's summary of validation artifacts: current / superseded / stale, measured GPU evidence
+    first (and an HTML page with charts).
+
+    Example: skill-run report validation/triton_fp8_blockscale_gemm_sm90 --html report.html
+    """
+    from skillrun.report import terminal_report, write_html
+    from skillrun.validation import load_artifact
+
+    idx = index()
+    # A file named on the command line must be an artifact (exit 3 naming it); inside folders a bad
+    # file is a row marked invalid, so one broken file never hides the others.
+    for p in paths or []:
+        if Path(p).is_file():
+            try:
+                load_artifact(Path(p))
+            except SkillRunError as exc:
+                raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
+    ev = api.evidence(idx, paths)
+    if want_json():
+        emit_json(ev.to_json())
+    else:
+        console().print(terminal_report(ev))
+    if html:
+        page = write_html(ev, html)
+        (console() if not want_json() else err).print(f"wrote {safe(page)}")
+
+@guarded
+def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metavar="SECONDS",
+                                             help="Time limit for each FlyDSL test compile (a child process).")):
+    """What this machine can do: device and arch; torch, triton, FlyDSL versions; whether FlyDSL
+    compiles for gfx950/gfx942 here; which reference kernels are importable; what each missing
+    piece disables and how to install it.
+
+    Example: skill-run doctor --json
+    """
+    from skillrun.doctor import render_lines
+
+    rep = api.doctor(flydsl_timeout_s=timeout)
+    if want_json():
+        emit_json(rep)
+    else:
+        out = console()
+        for line, style in render_lines(rep):
+            out.print(safe(line), style=style or None)
