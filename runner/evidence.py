@@ -181,7 +181,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return asdict(self)
+        # "—" and "unknown" are what a table shows for a missing value; JSON says null.
+        return {k: (None if v in ("—", "unknown", "") else v) if isinstance(v, str) else v for k, v in asdict(self).items()}
 
 
 def speed_axis(speedup: Optional[float], noise_pct: Optional[float]) -> str:

@@ -136,7 +136,7 @@ def test_kb_and_json_work_before_or_after_the_command(tmp_path, order):
     args = ["--kb", str(kb), "--json", "list"] if order == "before" else ["list", "--kb", str(kb), "--json"]
     res = skill_run(*args)
     assert res.returncode == 0, res.stderr
-    assert [r["id"] for r in json.loads(res.stdout)] == ["triton_fp8_blockscale_gemm_sm90"]
+    assert [r["id"] for r in json.loads(res.stdout)["cards"]] == ["triton_fp8_blockscale_gemm_sm90"]
 
 
 @pytest.mark.parametrize("cmd", [["show", "flydsl_fp8_blockscale_gemm"], ["kernels", str(EXAMPLE)], ["lint"],

@@ -227,7 +227,11 @@ def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
     r = CliRunner().invoke(app, ["--kb", root, "tune", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--timer", TIMER,
                                  "--rounds", "20", "--seeds", "1", "--timeout", "120", "--apply", "--json"])
     assert r.exit_code == 0, r.output
-    (rec,) = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[1] / "schemas" / "cli-results.schema.json").read_text()))
+    (rec,) = doc["results"]
     assert rec["verdict"] == "proposed" and rec["proposal"]["applied"]
     assert {c["status"] for c in rec["candidates"] if c["config"] == {"tile": 48}} == {"raised"}
     assert CliRunner().invoke(app, ["--kb", root, "lint"]).exit_code == 0

@@ -138,6 +138,14 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw:
 
 
 
+def _source_named(data: dict) -> dict:
+    """`profile` is the analysed profile (an object) in `--profile --json`; here the trace's path is
+    `source`, the name it has inside that object (one name per concept)."""
+    if isinstance(data.get("profile"), str):
+        data = {"source": data.pop("profile"), **data}
+    return data
+
+
 @guarded
 def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler trace to match."),
               arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
@@ -151,7 +159,7 @@ def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profile
     prof = api.ingest_profile(profile, arch=arch)
     rep = api.match(prof, idx, top=top)
     if want_json():
-        emit_json({**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)})
+        emit_json({**_source_named(rep.model_dump(mode="json")), "hot_kernels": api.hot_kernels(prof, top)})
     else:
         print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
     exit_on_card_problems(rep.card_problems)
@@ -172,7 +180,7 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
     idx = index()
     a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape)
     if want_json():
-        emit_json(a.plan.model_dump(mode="json"))
+        emit_json(_source_named(a.plan.model_dump(mode="json")))
     else:
         print_analysis(a, top, wide)
     exit_on_card_problems(a.matches.card_problems)

@@ -56,10 +56,22 @@ def want_json(as_json: bool = False) -> bool:
     return bool(as_json or state["json"])
 
 
-def emit_json(data: Any) -> None:
+# The version of every `--json` document the CLI prints (its shapes are in schemas/cli/*.schema.json).
+# Raise it when a key is renamed or removed; adding a key keeps it.
+JSON_SCHEMA_VERSION = 1
+
+
+def emit_json(data: Any, key: Optional[str] = None) -> None:
+    """Print one JSON document: an object that starts with ``schema_version``. A list is put under
+    ``key``. A validation or e2e record printed as it is written keeps its own schema_version (the
+    artifact's format, schemas/*.schema.json)."""
     # Strict JSON: NaN/Infinity (from a hostile trace or a broken timer) become null.
     from skillrun.strict_json import dumps
 
+    if isinstance(data, list):
+        data = {"schema_version": JSON_SCHEMA_VERSION, key or "items": data}
+    elif isinstance(data, dict) and "schema_version" not in data:
+        data = {"schema_version": JSON_SCHEMA_VERSION, **data}
     sys.stdout.write(dumps(data, indent=2) + "\n")
 
 

@@ -42,7 +42,7 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
     results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
                             cuda_graph=cuda_graph, write=not no_write, command=command_line())
     if want_json():
-        emit_json(results)
+        emit_json(results, "results")
     else:
         print_results(results)
     if be == "cpu":

@@ -72,7 +72,7 @@ def tune_cmd(skill_id: Optional[str] = typer.Argument(None, metavar="CARD", help
                        arch=check_arch(arch), start_from=start_from, apply=apply, cuda_graph=cuda_graph,
                        cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
     if want_json():
-        emit_json(results)
+        emit_json(results, "results")
     else:
         for r in results:
             _print_tuning(out, r)
