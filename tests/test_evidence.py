@@ -275,26 +275,30 @@ def test_new_evidence_never_turns_lint_red_and_refuted_claims_are_flagged(tmp_pa
     assert "recipes.2.evidence.0.speedup" in res.stderr.replace("\n", "") and "2 warning(s)" in res.stdout
 
 
-def test_list_says_stale_when_every_gpu_artifact_of_a_validated_card_is(kb: Path):
+def test_list_says_stale_when_every_gpu_artifact_of_a_validated_card_is(tmp_path: Path):
     import json
     import subprocess
     import sys
 
-    from kbfixture import write_card
-
-    card = _card()
+    card = copy.deepcopy(CARD)  # kernels that import: the card loads and is listed
     card["validation"] = {"status": "validated"}
-    write_card(kb, card)
-    write_artifact(record(kb, "2026-11-29T12:00:00+00:00", WIDE, recipe="wide_n", config={"tile_m": 64, "tile_n": 256},
-                          kernel_sha="0" * 64), kb / "validation")
+    kb = make_kb(tmp_path / "kb", card=card)
+    src = hashlib.sha256((Path(__file__).resolve().parents[1] / "kernels" / "protocol.py").read_bytes()).hexdigest()
+
+    def rec(created: str, shape: dict, sha: str) -> dict:
+        r = record(kb, created, shape)
+        r["recipe"].update(kernel="skillrun_kernels.protocol:KernelLaunch", kernel_source_sha256=sha)
+        return r
+
+    write_artifact(rec("2026-11-29T12:00:00+00:00", WIDE, "0" * 64), kb / "validation")  # kernel changed since: stale
 
     def listed() -> dict:
         res = subprocess.run([sys.executable, "-m", "skillrun", "--kb", str(kb), "list", "--json"], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
-        return json.loads(res.stdout)
+        (row,) = [r for r in json.loads(res.stdout)["cards"] if r["id"] == "toy_blockscale"]
+        return row
 
-    (row,) = [r for r in listed()["cards"] if r["id"] == "toy_blockscale"]
+    row = listed()
     assert row["validation"] == "stale" and row["validation_declared"] == "validated" and "are stale" in row["validation_note"]
-    write_artifact(record(kb, "2026-11-29T13:00:00+00:00", NARROW), kb / "validation")  # one fresh run
-    (row,) = [r for r in listed()["cards"] if r["id"] == "toy_blockscale"]
-    assert row["validation"] == "validated"
+    write_artifact(rec("2026-11-29T13:00:00+00:00", NARROW, src), kb / "validation")  # one fresh run
+    assert listed()["validation"] == "validated"
