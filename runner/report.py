@@ -154,6 +154,52 @@ COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro
            "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]
 
 
+def results_answer(records: list[dict[str, Any]]) -> str:
+    """The one line that answers `run` / `--run` (rich markup), before the table: how many ran, each
+    verdict counted and coloured by its tone, the best and worst timed ratio."""
+    from collections import Counter
+
+    from skillrun.termtext import safe as x
+    from skillrun.verdict import verdict_style
+
+    if not records:
+        return "[bold]Answer:[/] nothing ran (the plan has no runnable item)"
+    counts = Counter(str(r.get("verdict") or "—") for r in records)
+    words = []
+    for v, n in counts.most_common():
+        style = verdict_style(v)
+        words.append(f"[{style}]{n} {x(v)}[/]" if style else f"{n} {x(v)}")
+    timed = [(r.get("speedup"), (r.get("card") or {}).get("id")) for r in records
+             if isinstance(r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
+    extra = ""
+    if timed:
+        lo, hi = min(timed, key=lambda t: t[0]), max(timed, key=lambda t: t[0])
+        extra = f"; speedups {lo[0]:.3f}× to {hi[0]:.3f}× against the reference each row names"
+    written = sum(1 for r in records if r.get("artifact"))
+    return (f"[bold]Answer:[/] {len(records)} run(s): " + ", ".join(words) + extra
+            + (f"; {written} artifact(s) written" if written else ""))
+
+
+def evidence_answer(ev: EvidenceIndex) -> str:
+    """The one line that answers `skill-run report` (rich markup): the current GPU verdicts counted
+    and coloured by tone, how many are stale, and how much is compile-only or CPU."""
+    from collections import Counter
+
+    from skillrun.verdict import verdict_style
+
+    cur = ev.current_entries()
+    gpu = [e for e in cur if e.key[4] == "gpu_measured"]
+    counts = Counter(e.summary.verdict for e in gpu if not e.stale)
+    words = []
+    for v, n in counts.most_common():
+        style = verdict_style(v)
+        words.append(f"[{style}]{n} {html.escape(v)}[/]" if style else f"{n} {v}")
+    stale = sum(e.stale for e in gpu)
+    head = (f"{len(gpu)} current GPU measurement(s): " + (", ".join(words) or "none fresh")
+            + (f"; {stale} stale (kernel or recipe changed since: re-run them)" if stale else ""))
+    return f"[bold]Answer:[/] {head}; {len(cur) - len(gpu)} compile-only or CPU row(s)"
+
+
 def report_table(records: list[dict[str, Any]]):
     """A rich Table, one row per record, the verdict text under each verdict (shown right after a run)."""
     from rich.table import Table

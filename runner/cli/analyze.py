@@ -2,6 +2,7 @@
 its hot kernels, match cards and plan; the root command with --run also executes the plan."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,7 +12,7 @@ from skillrun import api
 from skillrun.cli.common import (ARCH_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, command_line, console,
                                  cpu_fallback, cpu_note, devices_label, emit_json, err, exit_on_card_problems, guarded,
                                  index, print_analysis, print_results, state, term_width, want_json)
-from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
+from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_USAGE
 from skillrun.termtext import safe
 
 
@@ -75,6 +76,7 @@ def main_cmd(
     cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="With --run: keep L2 cold by rotating input sets, by a flush kernel, or not at all."),
     cuda_graph: bool = typer.Option(False, "--cuda-graph", help="With --run: time CUDA-graph replays instead of eager launches."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every match criterion with its reason."),
 ):
     state["kb"] = kb
     state["json"] = as_json
@@ -98,44 +100,42 @@ def main_cmd(
         raise typer.Exit(0)
     _analyse(profile, arch, top, shape, want_json(as_json), run, wide,
              dict(backend=backend.value if backend else None, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
-                  cuda_graph=cuda_graph))
+                  cuda_graph=cuda_graph), verbose=verbose)
 
 
 @guarded
-def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw: dict | None = None) -> None:
+def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw: dict | None = None,
+             verbose: bool = False) -> None:
     idx = index()
+    kw = dict(exec_kw or {})
+    if run:  # a run that needs a GPU is refused before the trace is even read
+        kw["backend"], _ = cpu_fallback(kw.get("backend"))
     prog, cb = _progress()
     try:
         a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape, progress=cb)
     finally:
         prog.stop()
+    if not as_json:
+        # The analysis (answer first) is on screen before any run starts.
+        print_analysis(a, top, wide, verbose=verbose)
+        sys.stdout.flush()
     results = None
-    asked_cpu = False
-    cpu_run = False
     if run:
-        kw = dict(exec_kw or {})
-        kw["backend"], asked_cpu = cpu_fallback(kw.get("backend"))
-        cpu_run = kw["backend"] == "cpu"
         results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), **kw)
     if as_json:
         data = a.to_json(top)
         if results is not None:
             data["results"] = results
         emit_json(data)
-    else:
-        print_analysis(a, top, wide)
-        if results is not None:
-            print_results(results)
-    if cpu_run and results is not None:
-        cpu_note(results, asked_cpu)
+    elif results is not None:
+        print_results(results)
+    if kw.get("backend") == "cpu" and results is not None:
+        cpu_note(results)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
     if results is not None and any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
-    if cpu_run and not asked_cpu:
-        raise typer.Exit(EXIT_UNAVAILABLE)
-
 
 
 def _source_named(data: dict) -> dict:
@@ -161,7 +161,8 @@ def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profile
     if want_json():
         emit_json({**_source_named(rep.model_dump(mode="json")), "hot_kernels": api.hot_kernels(prof, top)})
     else:
-        print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
+        print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide,
+                       answer=False)  # match plans nothing, so there is no gain to answer with
     exit_on_card_problems(rep.card_problems)
     if not rep.matches:
         raise typer.Exit(EXIT_NO_MATCH)
@@ -172,7 +173,8 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
              arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
              top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
              shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
-             wide: bool = typer.Option(False, "--wide", help=WIDE_HELP)):
+             wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+             verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every match criterion with its reason.")):
     """Ingest, match and pick a recipe per shape (nothing is run).
 
     Example: skill-run plan trace.json.gz --shape 4096,2048,7168
@@ -182,7 +184,7 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
     if want_json():
         emit_json(_source_named(a.plan.model_dump(mode="json")))
     else:
-        print_analysis(a, top, wide)
+        print_analysis(a, top, wide, verbose=verbose)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)

@@ -137,12 +137,17 @@ def devices_label(p) -> str:
     return ", ".join(names)
 
 
-def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
+def print_analysis(a: "api.Analysis", top: int, wide: bool = False, verbose: bool = True, answer: bool = True) -> None:
+    """The answer line first, then the profile, the hot kernels, the matches (each criterion with
+    its reason only when ``verbose``: `match` and `-v`) and the plan."""
     from skillrun.hot_table import breakdown_lines, hot_kernels, render
+    from skillrun.plan import answer_line
 
     width = term_width()
     out = console(width)
     p = a.profile
+    if answer:
+        out.print(answer_line(a.plan, len({m.skill_id for m in a.matches.matches}), str(p.source)))
     out.print(f"[bold]{safe(Path(p.source).name)}[/]  format={p.format}  arch={safe(p.arch or 'unknown')}  ({safe(devices_label(p))})")
     out.print(f"GPU kernel time {p.total_kernel_us / 1e3:.3f} ms over {p.kernel_calls} kernel calls; "
               f"{p.linked_calls} calls linked to an op with shapes; shape unknown for {p.unattributed_us / 1e3:.3f} ms"
@@ -166,9 +171,12 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
     for res in m.matches + m.near_misses:
         tag = "[green]MATCH[/]" if res.matched else "[yellow]near miss[/]"
         out.print(f"{tag} [bold]{safe(res.skill_id)}[/] ← {safe(res.kernel[:100])} ({res.pct_gpu:.2f}% GPU)")
-        for c in res.criteria:
+        # A near miss always says which criterion failed; every criterion with -v or `match`.
+        for c in res.criteria if verbose else [c for c in res.criteria if not c.passed and c.required]:
             mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
             out.print(f"    {mark} {safe(c.name)}: {safe(c.reason)}" + ("" if c.required else " [dim](informational)[/]"))
+    if not verbose and (m.matches or m.near_misses):
+        out.print("[dim]every match criterion with its reason: add -v, or `skill-run match TRACE`[/]")
 
     from skillrun.plan import plan_lines
 
@@ -176,10 +184,12 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
         out.print(line)
 
 
-def print_results(results: list[dict]) -> None:
-    from skillrun.report import report_table
+def print_results(results: list[dict], answer: bool = True) -> None:
+    from skillrun.report import report_table, results_answer
 
     out = console()
+    if answer:
+        out.print(results_answer(results))
     out.print(report_table(results))
     for r in results:
         if r.get("artifact"):
@@ -199,21 +209,26 @@ def gpu_present() -> bool:
 
 
 def cpu_fallback(backend: Optional[str]) -> tuple[Optional[str], bool]:
-    """(backend to run with, whether the user asked for CPU numerics). Without a GPU and without
-    --backend, the runner still checks CPU numerics, then says so and exits 5."""
-    if backend is not None:
-        return backend, backend == "cpu"
+    """(backend to run with, whether the user asked for CPU numerics).
+
+    A run that needs a GPU is refused here, before anything is computed or written (exit 5), when
+    this machine has none: no --backend, or --backend cuda/rocm. Only --backend cpu runs without one.
+    """
+    if backend == "cpu":
+        return backend, True
     if gpu_present():
-        return None, False
-    return "cpu", False
+        return backend, False
+    from skillrun.errors import UnavailableError
+
+    raise UnavailableError(
+        "no GPU on this machine, so nothing was run: timing a port against its references needs one",
+        hint="--backend cpu checks CPU numerics of the port on a small proxy shape (no timing, no speedup); "
+             "`skill-run check CARD` runs the FlyDSL compile-only gates; or run this on a machine with a GPU")
 
 
-def cpu_note(results: list[dict], asked: bool) -> None:
+def cpu_note(results: list[dict]) -> None:
+    """What --backend cpu measured (a run without a GPU is refused by cpu_fallback before any work)."""
     proxies = sorted({json.dumps(r.get("proxy_shape")) for r in results if r.get("proxy_shape")})
     msg = ("no GPU was used: this measured CPU numerics of the port on a small proxy shape"
            + (f" ({', '.join(proxies)})" if proxies else "") + "; there is no timing and no speedup")
-    if asked:
-        err.print(f"[yellow]note:[/] {safe(msg)}")
-    else:
-        err.print(f"[bold red]error:[/] no GPU on this machine; {safe(msg)} (pass --backend cpu to ask for exactly "
-                  "this, `skill-run check CARD` for FlyDSL compile-only gates, or run on a GPU)")
+    err.print(f"[yellow]note:[/] {safe(msg)}")

@@ -13,7 +13,7 @@ from rich.table import Table
 from skillrun import api
 from skillrun.cli.common import (Backend, ColdL2, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
                                  index, print_results, term_width, want_json)
-from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
+from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
 
 
@@ -38,7 +38,7 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
 
     Example: skill-run run triton_fp8_blockscale_gemm_sm90 --shape 4096,7168,2048 --backend cuda
     """
-    be, asked_cpu = cpu_fallback(backend.value if backend else None)
+    be, _ = cpu_fallback(backend.value if backend else None)  # refuses here, before any work, without a GPU
     results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
                             cuda_graph=cuda_graph, write=not no_write, command=command_line())
     if want_json():
@@ -46,11 +46,9 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
     else:
         print_results(results)
     if be == "cpu":
-        cpu_note(results, asked_cpu)
+        cpu_note(results)
     if any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
-    if be == "cpu" and not asked_cpu:
-        raise typer.Exit(EXIT_UNAVAILABLE)
 
 
 
@@ -109,7 +107,7 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
 
     Example: skill-run report validation/triton_fp8_blockscale_gemm_sm90 --html report.html
     """
-    from skillrun.report import terminal_report, write_html
+    from skillrun.report import evidence_answer, terminal_report, write_html
     from skillrun.validation import load_artifact
 
     idx = index()
@@ -122,12 +120,16 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
             except SkillRunError as exc:
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
+    if html:  # written first: a missing folder is an error before anything is printed
+        page = write_html(ev, html)
     if want_json():
         emit_json(ev.to_json())
     else:
-        console().print(terminal_report(ev))
+        out = console()
+        out.print(evidence_answer(ev))
+        if not html:  # with --html the page is the report; the terminal gets the answer and its path
+            out.print(terminal_report(ev))
     if html:
-        page = write_html(ev, html)
         (console() if not want_json() else err).print(f"wrote {safe(page)}")
 
 @guarded

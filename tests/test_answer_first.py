@@ -1,0 +1,70 @@
+"""Answer first: the one line that answers comes before everything else, criteria only on request,
+and colours follow meaning (faster green, slower amber, within noise plain)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.text import Text
+
+from skillrun.models import Plan, PlanItem
+from skillrun.plan import answer_line, item_lines
+from skillrun.report import results_answer
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "skillrun", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_profile_and_plan_print_the_answer_first_and_criteria_only_with_v():
+    for args in (["--profile", str(EXAMPLE)], ["plan", str(EXAMPLE)]):
+        res = _cli(*args)
+        assert res.returncode == 0, res.stderr
+        first = res.stdout.splitlines()[0]
+        assert first.startswith("Answer: 1 card(s) match") and "projected end-to-end gain" in first and "next:" in first
+        assert "✓" not in res.stdout and "add -v" in res.stdout
+        verbose = _cli(*args, "-v")
+        assert verbose.stdout.splitlines()[0] == first and "✓ identity" in verbose.stdout
+    assert "✓ identity" in _cli("match", str(EXAMPLE)).stdout  # match is the criteria view
+
+
+def _styles(markup: str) -> dict[str, str]:
+    t = Text.from_markup(markup)
+    return {t.plain[s.start:s.end]: str(s.style) for s in t.spans}
+
+
+def _plan(gain: float, speed: str, speedup: float) -> Plan:
+    ev = {"path": "validation/x.yaml", "age": "1 h old", "speedup": speedup, "versus": "cublas", "noise_pct": 2.0,
+          "speed": speed, "device": "H200 (sm_90)", "commit": "abc", "timing_mode": "CUDA graph", "shape": {"M": 1}}
+    item = PlanItem(skill_id="c", kernel="k", pct_gpu=50.0, shape={"M": 1}, recipe="r", expected_speedup=speedup,
+                    expected_source="measured", evidence=ev, projected_e2e_gain_pct=gain)
+    return Plan(profile="t", arch="sm_90", items=[item], projected_gain_pct=gain, projected_gain_all_pct=gain)
+
+
+def test_colours_follow_meaning_not_source():
+    slow = _plan(-7.6, "slower", 0.879)
+    assert _styles(answer_line(slow, 1))["projected end-to-end gain -7.60% of GPU time"] == "yellow"
+    line = next(l for l in item_lines(1, slow.items[0]) if "0.879×" in l)
+    assert _styles(line)["0.879×"] == "bold yellow"
+    fast = _plan(10.0, "faster", 1.25)
+    assert _styles(answer_line(fast, 1))["projected end-to-end gain +10.00% of GPU time"] == "green"
+    tie = _plan(0.0, "within_noise", 0.99)
+    styles = _styles(answer_line(tie, 1))
+    assert not any("projected" in k for k in styles)  # a tie is not coloured at all
+    line = next(l for l in item_lines(1, tie.items[0]) if "0.990×" in l)
+    assert _styles(line)["0.990×"] == "bold"
+
+
+def test_run_answer_counts_verdicts_by_tone():
+    recs = [{"verdict": "slower", "speedup": 0.8, "mode": "gpu_measured", "card": {"id": "c"}, "artifact": "a.yaml"},
+            {"verdict": "validated", "speedup": 1.3, "mode": "gpu_measured", "card": {"id": "c"}}]
+    line = results_answer(recs)
+    assert line.startswith("[bold]Answer:[/] 2 run(s)") and "0.800× to 1.300×" in line and "1 artifact(s) written" in line
+    styles = _styles(line)
+    assert styles["1 slower"] == "yellow" and styles["1 validated"] == "green"
