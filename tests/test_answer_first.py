@@ -68,3 +68,28 @@ def test_run_answer_counts_verdicts_by_tone():
     assert line.startswith("[bold]Answer:[/] 2 run(s)") and "0.800× to 1.300×" in line and "1 artifact(s) written" in line
     styles = _styles(line)
     assert styles["1 slower"] == "yellow" and styles["1 validated"] == "green"
+
+
+def test_runs_report_item_by_item_on_a_terminal_and_stay_silent_when_piped(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from skillrun.cli.common import ItemProgress
+    from skillrun.execute import harness
+
+    seen = []
+    monkeypatch.setattr(harness, "execute_item", lambda index, item, backend=None, **kw: seen.append(("run", item.shape)) or
+                        {"verdict": "slower" if item.shape["M"] == 1 else "validated", "speedup": 0.9 if item.shape["M"] == 1 else 1.2})
+    plan = Plan(profile="t", arch="sm_90", items=[PlanItem(skill_id="c", kernel="k", pct_gpu=1.0, shape={"M": m}) for m in (1, 2)])
+    buf = io.StringIO()
+    tty = Console(file=buf, force_terminal=True, width=120, color_system=None)
+    with ItemProgress(tty) as on_item:
+        harness.execute_plan(None, plan, backend="cpu", on_item=lambda *a: (seen.append(a[0]), on_item(*a)))
+    assert seen == ["start", ("run", {"M": 1}), "done", "start", ("run", {"M": 2}), "done"]
+    text = buf.getvalue()  # a live status line while running, then one line per finished item
+    assert "running [1/2] c M=1" in text
+    assert text.index("[1/2] c M=1: slower 0.900× (") < text.index("[2/2] c M=2: validated 1.200× (")
+    piped = Console(file=io.StringIO(), force_terminal=False)
+    with ItemProgress(piped) as on_item:
+        assert on_item is None  # nothing is drawn into a pipe or a log

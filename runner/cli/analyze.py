@@ -10,7 +10,7 @@ import typer
 
 from skillrun import api
 from skillrun.cli.common import (ARCH_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, command_line, console,
-                                 cpu_fallback, cpu_note, devices_label, emit_json, err, exit_on_card_problems, guarded,
+                                 ItemProgress, cpu_fallback, cpu_note, devices_label, emit_json, err, exit_on_card_problems, guarded,
                                  index, print_analysis, print_results, state, term_width, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_USAGE
 from skillrun.termtext import safe
@@ -121,7 +121,8 @@ def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw:
         sys.stdout.flush()
     results = None
     if run:
-        results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), **kw)
+        with ItemProgress() as on_item:
+            results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), on_item=on_item, **kw)
     if as_json:
         data = a.to_json(top)
         if results is not None:

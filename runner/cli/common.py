@@ -197,6 +197,49 @@ def print_results(results: list[dict], answer: bool = True) -> None:
 
 
 
+class ItemProgress:
+    """Item-by-item progress of runs on stderr, only when stderr is a terminal: a live line for the
+    item running (with its elapsed time), and one line per finished item with its verdict and time.
+    Use as ``with ItemProgress() as on_item: api.execute(..., on_item=on_item)``."""
+
+    def __init__(self, stream: Optional[Console] = None):
+        self.console = stream or err
+        self.live = None
+        self.t0 = 0.0
+
+    def __enter__(self):
+        return self if self.console.is_terminal else None
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def __call__(self, event: str, i: int, n: int, item: Any, result: Optional[dict] = None) -> None:
+        import time
+
+        from rich.status import Status
+
+        from skillrun.verdict import verdict_style
+
+        shape = ",".join(f"{k}={v}" for k, v in (getattr(item, "shape", None) or {}).items())
+        what = f"[{i + 1}/{n}] {safe(item.skill_id)} {safe(shape)}"
+        if event == "start":
+            self.t0 = time.monotonic()
+            self.live = Status(f"running {what} …", console=self.console)
+            self.live.start()
+            return
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        v = str((result or {}).get("verdict") or "—")
+        sp = (result or {}).get("speedup")
+        style = verdict_style(v)
+        word = f"[{style}]{safe(v)}[/]" if style else safe(v)
+        self.console.print(f"{what}: {word}" + (f" {sp:.3f}×" if isinstance(sp, (int, float)) else "")
+                           + f" [dim]({time.monotonic() - self.t0:.1f} s)[/]", highlight=False)
+
+
 # --------------------------------------------------------------------------- runs without a GPU
 def command_line() -> str:
     return " ".join(["skill-run", *sys.argv[1:]])

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skillrun import api
-from skillrun.cli.common import (Backend, ColdL2, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
+from skillrun.cli.common import (Backend, ColdL2, ItemProgress, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
                                  index, print_results, term_width, want_json)
 from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
@@ -39,8 +39,9 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
     Example: skill-run run triton_fp8_blockscale_gemm_sm90 --shape 4096,7168,2048 --backend cuda
     """
     be, _ = cpu_fallback(backend.value if backend else None)  # refuses here, before any work, without a GPU
-    results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
-                            cuda_graph=cuda_graph, write=not no_write, command=command_line())
+    with ItemProgress() as on_item:
+        results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
+                                cuda_graph=cuda_graph, write=not no_write, command=command_line(), on_item=on_item)
     if want_json():
         emit_json(results, "results")
     else:
