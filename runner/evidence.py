@@ -17,7 +17,7 @@ stale flag) and does not make the artifact stale. One function, :func:`staleness
 
 Every reader of artifacts (report, plan, agent tools, lint) goes through :func:`summarize`, so a
 verdict, its text and its A/A noise are derived in exactly one place. Artifacts with the
-per-reference ``references`` block (written since issue 11) are read from it; older ones from
+per-reference ``references`` block (written since cards name their production kernels) are read from it; older ones from
 ``parity``/``timing``/``speedup``.
 """
 from __future__ import annotations

@@ -93,3 +93,18 @@ def test_runs_report_item_by_item_on_a_terminal_and_stay_silent_when_piped(monke
     piped = Console(file=io.StringIO(), force_terminal=False)
     with ItemProgress(piped) as on_item:
         assert on_item is None  # nothing is drawn into a pipe or a log
+
+
+def test_help_is_grouped_short_h_works_and_ids_get_a_did_you_mean():
+    res = _cli("-h")
+    assert res.returncode == 0
+    text = res.stdout
+    panels = ["Analyse a trace", "Cards", "Run and check ports", "Evidence", "Setup", "Agents"]
+    assert all(p in text for p in panels) and [text.index(p) for p in panels] == sorted(text.index(p) for p in panels)
+    assert "With --run (on a GPU)" in text  # the run-only options are apart from the analysis options
+    assert "issue 11" not in text and "lent" not in text
+    assert "when the trace does not say" not in _cli("ablate", "-h").stdout  # ablate reads no trace
+    bad = _cli("show", "triton_fp8_blockscale_gem_sm90")
+    assert bad.returncode == 2 and "did you mean 'triton_fp8_blockscale_gemm_sm90'" in bad.stderr
+    bad = _cli("fact", "sm90_hardwre")
+    assert bad.returncode == 2 and "did you mean 'sm90_hardware'" in bad.stderr

@@ -122,6 +122,8 @@ class ColdL2(str, Enum):
 
 
 ARCH_HELP = "Device arch when the trace does not say: gfx950, gfx942, gfx90a, sm_90, sm_100, … (a typo is an error)."
+TARGET_ARCH_HELP = ("Arch to select recipes and compile for, when it is not the device present: gfx950, gfx942, sm_90, … "
+                    "(a typo is an error).")
 TOP_HELP = "How many hot kernels to rank and match (at least 1)."
 SHAPE_HELP = "Shape for kernels whose shape the trace lacks, in the card's key order, e.g. 4096,2048,7168 (repeatable)."
 WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal)."
