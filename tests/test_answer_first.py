@@ -108,3 +108,32 @@ def test_help_is_grouped_short_h_works_and_ids_get_a_did_you_mean():
     assert bad.returncode == 2 and "did you mean 'triton_fp8_blockscale_gemm_sm90'" in bad.stderr
     bad = _cli("fact", "sm90_hardwre")
     assert bad.returncode == 2 and "did you mean 'sm90_hardware'" in bad.stderr
+
+
+def test_e2e_answer_line_colours_the_measured_gain_by_meaning():
+    from skillrun.cli.e2e import answer_line as e2e_answer
+
+    rec = {"measured": {"wall": {"gain_pct": -3.2, "noise_floor_pct": 1.0, "speed": "slower"}},
+           "projection": {"gain_pct": 4.0}, "verdict_detail": {"outputs": "passed"}}
+    line = e2e_answer(rec)
+    assert line.startswith("[bold]Answer:[/] routing the ports in") and "projected +4.00%" in line and "outputs passed" in line
+    assert _styles(line)["-3.20% (slower, noise floor 1.00%)"] == "yellow"
+    rec["measured"]["wall"].update(gain_pct=0.4, speed="within_noise")
+    assert not any("0.40%" in k for k in _styles(e2e_answer(rec)))
+
+
+def test_long_steps_show_a_spinner_and_their_time_on_a_terminal_only():
+    import io
+
+    from rich.console import Console
+
+    from skillrun.cli.common import busy
+
+    buf = io.StringIO()
+    with busy("compiling x", Console(file=buf, force_terminal=True, width=100, color_system=None)):
+        pass
+    assert "compiling x …" in buf.getvalue() and "compiling x: 0.0 s" in buf.getvalue()
+    piped = io.StringIO()
+    with busy("compiling x", Console(file=piped, force_terminal=False)):
+        pass
+    assert piped.getvalue() == ""

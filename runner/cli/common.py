@@ -199,6 +199,33 @@ def print_results(results: list[dict], answer: bool = True) -> None:
 
 
 
+class busy:
+    """A spinner with the elapsed time on stderr while a long step runs (doctor, check, tune, ablate),
+    only when stderr is a terminal; a pipe or a log gets nothing. On exit it prints what finished
+    and how long it took, so a 40-second compile is never a blank screen."""
+
+    def __init__(self, what: str, stream: Optional[Console] = None):
+        self.what, self.console, self.status, self.t0 = what, stream or err, None, 0.0
+
+    def __enter__(self) -> "busy":
+        import time
+
+        if self.console.is_terminal:
+            from rich.status import Status
+
+            self.t0 = time.monotonic()
+            self.status = Status(f"{safe(self.what)} …", console=self.console)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import time
+
+        if self.status is not None:
+            self.status.stop()
+            self.console.print(f"[dim]{safe(self.what)}: {time.monotonic() - self.t0:.1f} s[/]", highlight=False)
+
+
 class ItemProgress:
     """Item-by-item progress of runs on stderr, only when stderr is a terminal: a live line for the
     item running (with its elapsed time), and one line per finished item with its verdict and time.

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skillrun import api
-from skillrun.cli.common import (Backend, ColdL2, ItemProgress, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
+from skillrun.cli.common import (Backend, ColdL2, ItemProgress, busy, command_line, console, cpu_fallback, cpu_note, emit_json, err, guarded,
                                  index, print_results, term_width, want_json)
 from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
@@ -89,7 +89,8 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 
     Example: skill-run check flydsl_fp8_blockscale_gemm --arch gfx950
     """
-    rep = api.check(index(), skill_id, arch=arch, shapes=shape, write=not no_write)
+    with busy(f"compiling {skill_id} for {arch or 'its target'} (compile-only)"):
+        rep = api.check(index(), skill_id, arch=arch, shapes=shape, write=not no_write)
     if want_json():
         emit_json(rep.to_json())
     else:
@@ -144,7 +145,8 @@ def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metava
     """
     from skillrun.doctor import render_lines
 
-    rep = api.doctor(flydsl_timeout_s=timeout)
+    with busy("checking this machine (device, libraries, a FlyDSL test compile)"):
+        rep = api.doctor(flydsl_timeout_s=timeout)
     if want_json():
         emit_json(rep)
     else:

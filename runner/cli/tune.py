@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from skillrun import api
-from skillrun.cli.common import TARGET_ARCH_HELP, Backend, ColdL2, command_line, emit_json, guarded, index, out, want_json
+from skillrun.cli.common import TARGET_ARCH_HELP, Backend, ColdL2, busy, command_line, emit_json, guarded, index, out, want_json
 from skillrun.errors import EXIT_FAILURE
 from skillrun.options import check_arch
 
@@ -66,11 +66,12 @@ def tune_cmd(skill_id: Optional[str] = typer.Argument(None, metavar="CARD", help
 
     Example: skill-run tune triton_fp8_rowwise_batched_gemm_sm90 --shape 16,8192,8192,1024 --cuda-graph --apply
     """
-    results = api.tune(index(), skill_id, shape, from_plan=from_plan, backend=backend.value if backend else None,
-                       rounds=rounds, recheck_rounds=recheck_rounds, top=top, seeds=seeds, timeout_s=timeout,
-                       workers=workers, ray_address=ray, ray_resources=_resources(ray_resource), compile_only=compile_only,
-                       arch=check_arch(arch), start_from=start_from, apply=apply, cuda_graph=cuda_graph,
-                       cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
+    with busy("tuning " + (skill_id or "the plan's untuned items") + (" (compile-only)" if compile_only else "")):
+        results = api.tune(index(), skill_id, shape, from_plan=from_plan, backend=backend.value if backend else None,
+                           rounds=rounds, recheck_rounds=recheck_rounds, top=top, seeds=seeds, timeout_s=timeout,
+                           workers=workers, ray_address=ray, ray_resources=_resources(ray_resource), compile_only=compile_only,
+                           arch=check_arch(arch), start_from=start_from, apply=apply, cuda_graph=cuda_graph,
+                           cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
     if want_json():
         emit_json(results, "results")
     else:
@@ -100,9 +101,10 @@ def ablate_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id
 
     Example: skill-run ablate triton_fp8_rowwise_batched_gemm_sm90 --shape 16,512,8192,1024 --set w_layout=kn --cuda-graph
     """
-    r = api.ablate(index(), skill_id, shape, set_, recipe=recipe, backend=backend.value if backend else None,
-                   rounds=rounds, seeds=seeds, timeout_s=timeout, arch=check_arch(arch), cuda_graph=cuda_graph,
-                   cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
+    with busy(f"ablating {skill_id} ({', '.join(set_)})"):
+        r = api.ablate(index(), skill_id, shape, set_, recipe=recipe, backend=backend.value if backend else None,
+                       rounds=rounds, seeds=seeds, timeout_s=timeout, arch=check_arch(arch), cuda_graph=cuda_graph,
+                       cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
     if want_json():
         emit_json(r)
     else:
