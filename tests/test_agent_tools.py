@@ -240,3 +240,16 @@ def test_analyze_profile_summarizes_real_match_and_plan(kb, user_dir, monkeypatc
     assert saved.parent == kb / "validation" / "_analysis"
     full = json.loads(saved.read_text())
     assert len(full["profile"]["kernels"]) == 101 and len(full["profile"]["kernels"][0]["ops"][0]["input_dims"]) == 200
+
+
+def test_read_validation_speaks_the_report_vocabulary(kb, tools):
+    """An older file that says `slower` for a ratio inside its A/A noise is listed as within_noise,
+    the file's word kept as recorded_verdict (as `skill-run report` shows it)."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "validation" / "triton_fp8_blockscale_gemm_sm90" / \
+        "20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml"
+    (kb / "validation" / "triton_fp8_blockscale_gemm_sm90").mkdir(parents=True)
+    shutil.copy(src, kb / "validation" / "triton_fp8_blockscale_gemm_sm90" / src.name)
+    (row,) = _call(tools, "read_validation")["artifacts"]
+    assert row["verdict"] == "within_noise" and row["recorded_verdict"] == "slower"

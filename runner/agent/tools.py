@@ -273,7 +273,10 @@ class AgentTools:
                 rows.append({"path": self._rel(p), "unreadable": (e.error if e else "not indexed") or "unreadable"})
                 continue
             row = _artifact_row(e.record, self._rel(p))
+            # The verdict as the report shows it (one vocabulary: a ratio inside the noise reads
+            # within_noise even where an older file says slower); the file's word is kept beside it.
             row.update(status=e.status, stale=e.stale, stale_reasons=e.stale_reasons, superseded_by=e.superseded_by,
+                       verdict=e.summary.verdict, recorded_verdict=e.summary.recorded_verdict,
                        verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
             rows.append(row)
         return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
