@@ -144,14 +144,25 @@ def _row(rec: dict[str, Any]) -> list[str]:
         _num((t.get("port_ms") or {}).get("median")),
         _num(ref_ms),
         speedup_text(rec),
+        _vs_production(s),
         noise_text(s),
         (_num(rec.get("pct_of_peak"), 3) + "%") if rec.get("pct_of_peak") is not None else "—",
-        rec.get("verdict", "—"),
+        s.verdict,  # the vocabulary's word (summarize), the same as `report`
     ]
 
 
+def _vs_production(s: Summary) -> str:
+    """Is the speedup against the production kernel? One cell of the per-run table."""
+    if s.speedup is None:
+        return "—"
+    if s.versus_production:
+        return "yes"
+    prod = s.production_ref
+    return f"no ({prod.name} {REF_PARITY_WORDS[prod.parity_kind][0]})" if prod else "no production kernel measured"
+
+
 COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro)", "port ms", "ref ms",
-           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]
+           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]  # _row gives one value per column
 
 
 def results_answer(records: list[dict[str, Any]]) -> str:

@@ -126,3 +126,15 @@ def test_cpu_speedups_are_not_shown_as_gpu_evidence():
     (e,) = build_index(None, records=[cpu], root=Path(".")).current_entries()
     row = summary_row(e)
     assert "on the CPU" in row["speed"] and "not GPU evidence" in row["speed_sub"]
+
+
+def test_run_table_puts_every_value_under_its_own_column(artifacts: Path):
+    """The verdict sat in the `% peak` column (one value short of the headers)."""
+    from skillrun.report import COLUMNS, _row
+
+    for rec in load_artifacts([artifacts]):
+        row = _row(rec)
+        assert len(row) == len(COLUMNS)
+        assert row[COLUMNS.index("verdict")] == (rec.get("verdict") or "—")
+        assert row[COLUMNS.index("% peak")].endswith("%") or row[COLUMNS.index("% peak")] == "—"
+        assert row[COLUMNS.index("vs production")] in ("—", "yes") or row[COLUMNS.index("vs production")].startswith("no")
