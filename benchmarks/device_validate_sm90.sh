@@ -35,18 +35,18 @@ run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; echo "rc=$?" | t
 } >> "$LOG" 2>&1
 for s in $STAGES; do
   case $s in
-  1) run timeout 120 python3 -m skillrun.profile_run --out "$EXAMPLE" --steps 1:4 -- \
+  1) run timeout 120 python3 -m skillrun.profiling.run --out "$EXAMPLE" --steps 1:4 -- \
        python3 benchmarks/workloads/fp8_blockscale_workload.py --iters 3 ;;
   2) run timeout 330 python3 -m skillrun --profile "$EXAMPLE" --run --rounds "$ROUNDS" $GRAPH --top 12 ;;
   3) run timeout 90 python3 -m skillrun run triton_fp8_blockscale_gemm_sm90 --shape 1,7168,2048 --rounds "$ROUNDS" $GRAPH ;;
-  4) run timeout 60 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
+  4) run timeout 60 python3 -m skillrun.profiling.run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
        python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
      run timeout 200 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" $GRAPH --top 8 \
        --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 --shape batch=16,M=4096,N=8192,K=1024
      run timeout 200 python3 -m skillrun --profile kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
        --run --rounds "$ROUNDS" $GRAPH --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
        --shape tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 ;;
-  4r) run timeout 50 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
+  4r) run timeout 50 python3 -m skillrun.profiling.run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
        python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
      run timeout 170 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" $GRAPH --top 8 \
        --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 \

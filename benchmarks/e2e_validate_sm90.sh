@@ -31,7 +31,7 @@ for s in $STAGES; do
         python3 benchmarks/workloads/fp8_blockscale_workload.py ;;
   moe) run timeout 560 python3 -m skillrun e2e --profile "$MOE_TRACE" -n "$N" --timeout 120 \
         --shape 16,7168,2048,64,8,32 --shape 1024,7168,2048,64,8,32 -- python3 benchmarks/workloads/moe_a16wi4_workload.py ;;
-  row) run timeout 90 python3 -m skillrun.profile_run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:5 -- \
+  row) run timeout 90 python3 -m skillrun.profiling.run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:5 -- \
         python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
        run timeout 480 python3 -m skillrun e2e --profile "$OUT/rowwise_baseline.trace.json.gz" -n "$N" --timeout 120 \
         --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 --shape batch=16,M=4096,N=8192,K=1024 -- \

@@ -8,6 +8,8 @@ An operator family lives in ``kernels/<family>/`` and provides a ``problem`` mod
     output_like(shape, device) -> torch.Tensor      # an empty output of the right shape/dtype
     flops(shape) -> float                           # useful FLOPs (2·M·N·K for a GEMM)
     min_bytes(shape) -> float                       # fewest bytes a kernel must move
+    ci_shape(shape | None) -> dict                  # optional: the small shape CI compiles a recipe at,
+                                                    # given its representative shape (same config class)
 
 A kernel (port, baseline, or oracle-as-kernel) is referenced from a card as ``module:function``;
 the function is a *builder*:

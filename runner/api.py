@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from skillrun.kb.cards import problem_keys
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import LintReport, lint
 from skillrun.kb.paths import set_kb_root
+from skillrun.lint import LintReport, check_cards, lint
 from skillrun.match import match_profile
 from skillrun.models import MatchReport, Plan, Profile
 from skillrun.options import FLYDSL_ARCHS, check_arch
-from skillrun.plan import make_plan, problem_keys
+from skillrun.plan import make_plan
 from skillrun.select import parse_shape
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def load_index(kb: str | Path | None = None, check: bool = True) -> SkillIndex:
     if kb is not None:
         set_kb_root(kb)
     index = SkillIndex.load()
-    return index.check_cards() if check else index
+    return check_cards(index) if check else index
 
 
 def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
@@ -185,7 +186,7 @@ def tune(index: SkillIndex, skill_id: str | None = None, shapes: list[str] | lis
     (timer, rounds, top, workers, ray_address, compile_only, arch, start_from, apply, ...).
     """
     from skillrun.errors import UsageError
-    from skillrun.tune.sweep import tune_from_plan, tune_shape
+    from skillrun.tune.sweep import tune_shape
 
     if from_plan is not None:
         if skill_id or shapes:
@@ -196,6 +197,28 @@ def tune(index: SkillIndex, skill_id: str | None = None, shapes: list[str] | lis
     keys = problem_keys(index.skill(skill_id))
     parsed = [s if isinstance(s, dict) else parse_shape(s, keys) for s in shapes]
     return [tune_shape(index, skill_id, s, **kw) for s in parsed]
+
+
+def tune_from_plan(index: SkillIndex, trace: str | Path, *, arch: str | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """Tune every UNTUNED item of the trace's plan; an item that cannot be tuned is its own error row."""
+    from skillrun.errors import SkillRunError
+    from skillrun.tune.sweep import tune_shape
+
+    an = analyze(trace, index=index, arch=arch, top=None)
+    out = []
+    seen = set()
+    for item in an.plan.items:
+        if not item.untuned or not item.shape:
+            continue
+        key = (item.skill_id, tuple(sorted(item.shape.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            out.append(tune_shape(index, item.skill_id, dict(item.shape), arch=arch, **kw))
+        except SkillRunError as exc:
+            out.append({"card": {"id": item.skill_id}, "shape": item.shape, "verdict": "error", "reason": str(exc), "artifact": None})
+    return out
 
 
 def ablate(index: SkillIndex, skill_id: str, shape: str | dict[str, int], sets: list[str] | dict[str, Any],

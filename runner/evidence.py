@@ -25,51 +25,20 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from skillrun.artifact_store import kb_relative
 from skillrun.atomic import is_temp_name
-
 from skillrun.errors import InputError, SkillRunError
+from skillrun.validation import load_artifact
 
 # Where measured GPU evidence sorts before CPU numerics, and both before compile-only checks.
 MODE_ORDER = {"gpu_measured": 0, "cpu_numerics": 1, "compile_only": 2}
-# Folders of a knowledge base: an absolute path recorded on another machine is cut back to the
-# first of these (``/work/main/skills/x/SKILL.md`` → ``skills/x/SKILL.md``).
-KB_FOLDERS = ("skills", "kernels", "validation", "facts", "schemas", "runner", "benchmarks", "tests")
 FAILING = ("parity_failed", "error", "compile_failed", "invalid")
 
 
-# ------------------------------------------------------------------------------------ paths
-def kb_relative(path: str | Path, root: Path | None = None) -> str:
-    """A path as it should be written in an artifact: relative to the knowledge-base root.
-
-    Paths under ``root`` become relative to it; absolute paths from another checkout are cut back
-    to their first knowledge-base folder; anything else is returned as written.
-    """
-    text = str(path)
-    p = Path(text)
-    if not p.is_absolute():
-        return PurePosixPath(p.as_posix()).as_posix()
-    if root is None:
-        try:
-            from skillrun.kb.paths import kb_root
-
-            root = kb_root()
-        except SkillRunError:
-            root = None
-    if root is not None:
-        try:
-            return p.resolve().relative_to(Path(root).resolve()).as_posix()
-        except (ValueError, OSError):
-            pass
-    parts = p.parts
-    for i, part in enumerate(parts):
-        if part in KB_FOLDERS and i + 1 < len(parts):
-            return PurePosixPath(*parts[i:]).as_posix()
-    return text
-
-
+# ------------------------------------------------------------------------------------ paths (kb_relative: skillrun.artifact_store)
 def _resolve(rel: str, root: Path) -> Path:
     p = Path(rel)
     return p if p.is_absolute() else root / p
@@ -540,8 +509,6 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
     it nothing is marked stale. A file that is not a valid artifact becomes an ``invalid`` entry
     with the reason, so one broken file never hides the others.
     """
-    from skillrun.validation import load_artifact
-
     if root is None:
         root = Path(index.root) if index is not None else None
     if root is None:

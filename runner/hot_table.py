@@ -3,7 +3,7 @@
 Per kernel: the launching op, the recovered shape and dtype, calls, total and per-call
 mean/min/max, and where the shape says how much work a call does, the achieved TFLOP/s (GEMMs)
 or input TB/s (memory-bound kernels) with the share of the device's datasheet peak
-(:mod:`skillrun.execute.peaks`). Plus GPU time by category, idle time between kernels and, on a
+(:mod:`skillrun.peaks`). Plus GPU time by category, idle time between kernels and, on a
 multi-GPU trace, each device's own totals.
 
 :func:`hot_kernels` is the data (``--json`` and agent tools use it); :func:`render` lays it out
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable
+from skillrun.peaks import DEFAULT_PEAKS, PeakTable
 from skillrun.models import KernelStat, OpCall, Profile
 from skillrun.names import CATEGORIES, demangle_many, display_names
 

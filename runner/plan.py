@@ -10,16 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from skillrun.kb.cards import Recipe, SkillCard
+from skillrun.kb.cards import Recipe, SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
 from skillrun.models import KernelStat, MatchReport, Plan, PlanItem, Profile
-from skillrun.refs import module_constant
 from skillrun.select import select_recipe
-
-
-def problem_keys(card: SkillCard) -> tuple[str, ...]:
-    keys = module_constant(card.references["problem"], "SHAPE_KEYS")
-    return tuple(keys) if keys else ("M", "N", "K")
 
 
 def projected_gain_pct(fraction_pct: float, speedup: float | None) -> float | None:

@@ -11,21 +11,17 @@ import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from skillrun import __version__
-from skillrun.atomic import is_temp_name, write_atomic
+from skillrun.artifact_store import MAX_RECORD_BYTES, kb_relative, load_mapping, slug, stamp, write_new
+from skillrun.atomic import is_temp_name
 from skillrun.errors import SkillRunError
-from skillrun.kb import bounded_yaml
 from skillrun.kb.paths import kb_root, schema_path
 from skillrun.redact import scrub
-from skillrun.regular_files import read_regular
 
 
 @lru_cache(maxsize=4)
@@ -96,60 +92,33 @@ def software_info() -> dict[str, Any]:
     return info
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80]
-
-
 def artifact_name(record: dict[str, Any]) -> str:
     shape = "x".join(f"{k}{v}" for k, v in record.get("shape", {}).items())
-    stamp = record["created"].replace(":", "").replace("-", "").replace("+0000", "Z")
     # The mode stays visible even when a long MoE shape has to be shortened.
-    return _slug(f"{stamp}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
+    return slug(f"{stamp(record['created'])}_{record['recipe']['name']}_{shape}")[:100] + "_" + record["mode"] + ".yaml"
 
 
 def _relative_paths(record: dict[str, Any]) -> None:
     """Paths inside an artifact are relative to the knowledge-base root, never this machine's checkout."""
-    from skillrun.evidence import kb_relative
-
     for block, key in (("card", "path"), ("profile", "source")):
         sub = record.get(block)
         if isinstance(sub, dict) and isinstance(sub.get(key), str) and sub[key]:
             sub[key] = kb_relative(sub[key])
 
 
-# An artifact is a few dozen KiB; one far past this is not evidence we wrote.
-MAX_ARTIFACT_BYTES = 4 << 20
+MAX_ARTIFACT_BYTES = MAX_RECORD_BYTES
 
 
 def write_artifact(record: dict[str, Any], root: Path | None = None) -> Path:
-    """Validate and atomically write one artifact; returns its path. Never overwrites.
-
-    The card's folder under ``validation/`` must be a real folder (a symlink there could send
-    evidence anywhere); the file appears under its final name only once complete (see
-    :mod:`skillrun.atomic`), and leftovers of killed writers in that folder are removed.
-    """
+    """Validate and atomically write one artifact under ``validation/<card>/``; returns its path.
+    Never overwrites (see :mod:`skillrun.artifact_store`)."""
     # Trace-derived text (kernel/op names, the command line) is scrubbed once more before it
     # becomes evidence that reports and agents will show.
     record = scrub(record)
     _relative_paths(record)
     validate_record(record)
     base = Path(root) if root is not None else kb_root() / "validation"
-    folder = base / _slug(record["card"]["id"])
-    if folder.is_symlink():
-        raise SkillRunError("refusing to write evidence through a symlinked folder", path=str(folder))
-    folder.mkdir(parents=True, exist_ok=True)
-    name = artifact_name(record)
-    text = yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=110)
-    for n in range(1000):
-        target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
-        if os.path.lexists(target):
-            continue
-        try:
-            # replace=False: os.link fails if the name appeared meanwhile, so evidence is never clobbered.
-            return write_atomic(target, text, replace=False, no_symlink_folder=True)
-        except FileExistsError:
-            continue
-    raise SkillRunError("more than 1000 artifacts with the same name", path=str(folder))
+    return write_new(base / slug(record["card"]["id"]), artifact_name(record), record)
 
 
 def artifact_files(folder: Path) -> list[Path]:
@@ -159,15 +128,6 @@ def artifact_files(folder: Path) -> list[Path]:
 
 def load_artifact(path: Path) -> dict[str, Any]:
     """Read one artifact: a regular file of bounded size, YAML without alias bombs, schema-valid."""
-    try:
-        text = read_regular(Path(path), MAX_ARTIFACT_BYTES, "validation artifact").decode("utf-8")
-        data = bounded_yaml.load(text)
-    except SkillRunError as exc:
-        raise SkillRunError(f"cannot read validation artifact: {exc.reason}", path=str(path)) from None
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SkillRunError(f"cannot read validation artifact: {problem}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise SkillRunError("validation artifact is not a mapping", path=str(path))
+    data = load_mapping(Path(path), "validation artifact")
     validate_record(data, where=str(path))
     return scrub(data)  # what reports and agents show of it

@@ -15,7 +15,8 @@ from langchain_core.messages import AIMessage  # noqa: E402
 
 from kbfixture import make_kb  # noqa: E402
 from skillrun.agent import llm as llm_mod  # noqa: E402
-from skillrun.cli.agent import register  # noqa: E402
+from skillrun.cli import agent as agent_cli  # noqa: E402
+from skillrun.cli.common import attach  # noqa: E402
 from skillrun.errors import EXIT_UNAVAILABLE, UnavailableError  # noqa: E402
 
 
@@ -30,7 +31,7 @@ def app(tmp_path, monkeypatch):
     def _root():  # a group, as in skill-run, so that `agent` is a sub-command
         pass
 
-    register(a)
+    attach(a, agent_cli.COMMANDS)
     return a
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from skillrun import api
-from skillrun.e2e import child
+from skillrun.profiling import routing as child
 from skillrun.e2e.spec import build_spec
 from skillrun.errors import SkillRunError
 from skillrun.models import Plan, PlanItem
@@ -269,7 +269,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import interp_fixups  # noqa: F401  (bf16 fixes for the interpreter)
 import torch
-from skillrun.e2e import child
+from skillrun.profiling import routing as child
 from skillrun_kernels.fp8_blockscale_gemm import problem
 shape = {"M": 64, "N": 256, "K": 256}
 x = problem.make_inputs(shape, int(sys.argv[2]))

@@ -10,7 +10,8 @@ import yaml
 from rich.console import Console
 
 from kbfixture import CARD, make_kb
-from skillrun.evidence import build_index, kb_relative, summarize
+from skillrun.artifact_store import kb_relative
+from skillrun.evidence import build_index, summarize
 from skillrun.kb.index import SkillIndex
 from skillrun.report import render_html, terminal_report
 from skillrun.validation import write_artifact
@@ -241,7 +242,7 @@ def test_new_evidence_never_turns_lint_red_and_refuted_claims_are_flagged(tmp_pa
     import subprocess
     import sys
 
-    from skillrun.kb.lint import lint
+    from skillrun.lint import lint
     from kbfixture import write_card
 
     card = copy.deepcopy(CARD)  # kernels that import, so lint has nothing else to say

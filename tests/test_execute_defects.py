@@ -12,7 +12,7 @@ import pytest
 
 from defects.kb import card, make_defect_kb
 from skillrun.execute import execute_plan, run_skill
-from skillrun.execute.peaks import DevicePeak, PeakTable
+from skillrun.peaks import DevicePeak, PeakTable
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan
 from skillrun.validation import load_artifact

@@ -1,10 +1,11 @@
-"""CI compile checks: every FlyDSL recipe of the three gfx950 cards compiles for gfx950 and passes
-its own static gates (spills, scratch, occupancy, LDS, MFMA opcodes, E8M0 pinning).
+"""CI compile checks: every FlyDSL recipe of every card in the knowledge base compiles for gfx950
+and passes its own static gates (spills, scratch, occupancy, LDS, MFMA opcodes, E8M0 pinning).
 
-Compile-only (no GPU). Shapes keep each recipe's configuration but use short K / small model dims
-so the unrolled kernels compile in seconds; the recipes' representative shapes are checked by
-``skill-run check`` and recorded under ``validation/``. Skips with a reason when lld-19 or flydsl
-is missing (CI installs both).
+Compile-only (no GPU). Each recipe compiles at its family's CI shape (``problem.ci_shape``, see
+kernels/protocol.py): the recipe's configuration at small dimensions, so the unrolled kernels compile
+in seconds; the recipes' representative shapes are checked by ``skill-run check`` and recorded under
+``validation/``. A new card or port is picked up here without editing this file. Skips with a reason
+when lld-19 or flydsl is missing (CI installs both).
 """
 from __future__ import annotations
 
@@ -18,12 +19,9 @@ pytestmark = [
                        reason=f"FlyDSL compile-only toolchain unavailable: {toolchain.missing_reason()}"),
 ]
 
+# Cards the two behaviour tests at the end use.
 BS = "flydsl_fp8_blockscale_gemm"
-RW = "flydsl_fp8_rowwise_batched_gemm"
 MOE = "flydsl_moe_a16wi4"
-MOE_DIMS = {"model_dim": 1024, "inter_dim": 256, "experts": 16, "topk": 4, "group_size": 32}
-
-BS_CI_SHAPE = {"M": 512, "N": 2048, "K": 512}  # same N class and config as the recipes, short K (K is unrolled)
 
 
 @pytest.fixture(scope="module")
@@ -33,37 +31,27 @@ def index():
     return SkillIndex.load()
 
 
-def _flydsl_recipes(index, card_id):
-    card = index.skill(card_id)
-    return card, [r for r in card.recipes if r.backend == "flydsl" and (not r.gens or "gfx950" in r.gens)]
+def _flydsl_recipes(card):
+    return [r for r in card.recipes if r.backend == "flydsl" and (not r.gens or "gfx950" in r.gens)]
 
 
 def _ci_shape(card, recipe):
+    """The family's CI shape for this recipe (its representative shape when the family gives none)."""
+    import importlib
+
     from skillrun.check.core import representative_shape
 
     shape = representative_shape(card, recipe, "gfx950")
-    if card.id == BS:
-        return dict(BS_CI_SHAPE)
-    if card.id == MOE:
-        # The tier's token count keeps its tile_m (explicit or recommended); small model dims keep
-        # the unrolled large-token tiers quick to compile.
-        return {"tokens": min(shape["tokens"] if shape else 16, 4096), **MOE_DIMS}
-    # Row-wise: the K loop is rolled, so the real (N, K) cost nothing and keep the override table in play.
-    return shape or {"batch": 4, "M": 128, "N": 1280, "K": 8192}
+    ci = getattr(importlib.import_module(card.references["problem"]), "ci_shape", None)
+    return ci(shape) if ci else shape
 
 
 def _params():
     from skillrun.kb.index import SkillIndex
 
-    out = []
     idx = SkillIndex.load()
-    for card_id in (BS, RW, MOE):
-        if card_id not in idx.skills:
-            out.append(pytest.param(card_id, None, marks=pytest.mark.skip(reason=f"card {card_id} not in the knowledge base")))
-            continue
-        for r in _flydsl_recipes(idx, card_id)[1]:
-            out.append(pytest.param(card_id, r.name, id=f"{card_id}:{r.name}"))
-    return out
+    return [pytest.param(card.id, r.name, id=f"{card.id}:{r.name}")
+            for card in idx.skills.values() for r in _flydsl_recipes(card)]
 
 
 @pytest.mark.parametrize("card_id,recipe", _params())
@@ -110,7 +98,9 @@ def test_moe_fallback_also_compiles_for_gfx942(index, tmp_path):
 
     if MOE not in index.skills:
         pytest.skip(f"card {MOE} not in the knowledge base")
-    shape = {"tokens": 16, **MOE_DIMS}
+    from skillrun_kernels.moe_a16wi4.problem import ci_shape
+
+    shape = ci_shape(None)
     report = check_skill(index, MOE, arch="gfx942", shapes=[shape], recipes=["untuned_fallback"], write=False, timeout_s=900)
     (chk,) = report.checks
     assert chk.status == "compile_verified", chk.reason

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillrun.execute.peaks import DEFAULT_PEAKS
+from skillrun.peaks import DEFAULT_PEAKS
 from skillrun.hot_table import hot_kernels, render
 from skillrun.ingest import ingest
 from skillrun.names import demangle_many, display_names, kernel_category

@@ -10,7 +10,7 @@ import pytest
 
 from kbfixture import CARD, REPO, make_kb, write_card
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import check_regex, lint
+from skillrun.lint import check_regex, lint
 
 
 def _lint(root: Path):

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from skillrun import profiling
 from skillrun.cli.entry import app
 from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE, SkillRunError, UsageError
-from skillrun.profile_run import WorkloadFailed, parse_steps, profile_workload
+from skillrun.profiling.run import WorkloadFailed, parse_steps, profile_workload
 
 pytest.importorskip("torch")
 
@@ -254,10 +254,10 @@ def test_profile_then_analyse_prints_json(workload: Path, tmp_path: Path):
 
 
 def test_parent_side_needs_only_the_standard_library():
-    # `python -m skillrun.profile_run` must work on a bare GPU image without the CLI's dependencies.
+    # `python -m skillrun.profiling.run` must work on a bare GPU image without the CLI's dependencies.
     import subprocess
 
-    probe = ("import sys, skillrun.profile_run, skillrun.profiling; "
+    probe = ("import sys, skillrun.profiling.run, skillrun.profiling; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic','typer','rich','jsonschema','ijson','yaml','torch')))")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "[]"
@@ -318,7 +318,7 @@ def test_stopping_a_long_run_still_writes_the_trace(tmp_path: Path, how: str):
 
     script, ready, out = tmp_path / "loop.py", tmp_path / "ready", tmp_path / "loop.json"
     script.write_text(LOOP_FOREVER)
-    parent = subprocess.Popen([sys.executable, "-m", "skillrun.profile_run", "--out", str(out), "--activities", "cpu", "--",
+    parent = subprocess.Popen([sys.executable, "-m", "skillrun.profiling.run", "--out", str(out), "--activities", "cpu", "--",
                                sys.executable, str(script), str(ready)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -76,7 +76,7 @@ def test_gpu_verdict_path_with_a_failing_baseline_reports_both_axes(tmp_path):
     from defects.kb import K, card, make_defect_kb
     from skillrun.execute import run_skill
     from skillrun.execute.backends import CpuBackend, detect_facts
-    from skillrun.execute.peaks import DevicePeak, PeakTable
+    from skillrun.peaks import DevicePeak, PeakTable
     from skillrun.kb.index import SkillIndex
     from skillrun.validation import validate_record
 

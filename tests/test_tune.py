@@ -14,10 +14,10 @@ import yaml
 from defects.kb import card, make_defect_kb
 from skillrun.errors import SkillRunError
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import lint
+from skillrun.lint import lint
 from skillrun.select import select_recipe
 from skillrun.tune.ablate import ablate_shape
-from skillrun.tune.artifact import load_tuning_artifact
+from skillrun.tuning_artifact import load_tuning_artifact
 from skillrun.tune.sweep import tune_shape
 
 SHAPE = {"M": 32, "N": 16, "K": 32}
@@ -277,7 +277,7 @@ def test_from_plan_tunes_only_the_untuned_items(monkeypatch, tmp_path):
     monkeypatch.setattr(api_mod, "analyze", lambda *a, **k: SimpleNamespace(plan=SimpleNamespace(items=items)))
     calls = []
     monkeypatch.setattr(sweep, "tune_shape", lambda index, sid, shape, **kw: calls.append((sid, shape)) or {"verdict": "x"})
-    out = sweep.tune_from_plan(None, tmp_path / "trace.json")
+    out = api_mod.tune_from_plan(None, tmp_path / "trace.json")
     assert calls == [("toy", {"M": 1, "N": 2, "K": 3}), ("toy", {"M": 7, "N": 8, "K": 9})] and len(out) == 2
 
 
@@ -344,7 +344,7 @@ def test_proposal_inserts_into_the_real_rowwise_card_and_applies_cleanly(tmp_pat
     removed = [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     assert removed == ["-    - {shape: {batch: 16, M: 8192, N: 8192, K: 1024}, recipe: untuned_regime_default, untuned: true}"]
     P.apply(index, c, prop, shape, {}, "sm_90")
-    from skillrun.kb.lint import lint_card
+    from skillrun.lint import lint_card
 
     fresh = SkillIndex.load(root)
     assert not fresh.errors and lint_card(fresh.skill(cid), fresh) == []
@@ -355,8 +355,8 @@ def test_proposal_inserts_into_the_real_rowwise_card_and_applies_cleanly(tmp_pat
 
 
 def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
-    from skillrun.tune.artifact import write_tuning
-    from skillrun.tune.sweep import base_record
+    from skillrun.tuning_artifact import write_tuning
+    from skillrun.tune.task import base_record
     from skillrun.execute.backends import make_backend
 
     index = _kb(tmp_path, [tunable_card("toy_from", ALL)])
@@ -378,7 +378,7 @@ def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
 
 
 def test_a_timer_that_misses_the_work_is_a_measurement_error_not_a_winner(tmp_path):
-    from skillrun.execute.peaks import DevicePeak, PeakTable
+    from skillrun.peaks import DevicePeak, PeakTable
 
     index = _kb(tmp_path, [tunable_card("toy_floor", [16, 64])])
     tiny = PeakTable([DevicePeak(name="test (tiny peak)", match=".", tflops={"fp16": 1e-9}, gbps=1e-9, source="tests")])

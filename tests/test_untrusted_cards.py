@@ -14,7 +14,7 @@ from kbfixture import CARD, make_kb, write_card
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml, expr
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import lint
+from skillrun.lint import check_cards, lint
 from skillrun.kb.regex import check_regex, compile_card_regex
 from skillrun.match import match_kernel, match_profile
 from skillrun.models import KernelStat, Profile
@@ -108,7 +108,7 @@ def test_lint_and_matching_agree_on_a_pattern_re2_refuses(tmp_path):
     root = make_kb(tmp_path, card)
     errs = _errors(root, "match.profile_signature.op_name_regex")
     assert errs and "RE2" in errs[0].reason
-    index = SkillIndex.load(root).check_cards()
+    index = check_cards(SkillIndex.load(root))
     assert "toy_blockscale" not in index.skills  # refused by lint => never used for matching
     # And match_kernel itself never falls back to a backtracking engine for it.
     raw = SkillIndex.load(root).skills["toy_blockscale"]
@@ -181,7 +181,7 @@ def test_a_card_failing_lint_is_left_out_of_matching_and_reported(tmp_path):
     bad["id"] = "broken_card"
     bad["recipes"][0]["kernel"] = "skillrun_kernels.protocol:NoSuchThing"
     write_card(root, bad)
-    index = SkillIndex.load(root).check_cards()
+    index = check_cards(SkillIndex.load(root))
     assert set(index.skills) == {"toy_blockscale"}
     assert any(e.path.endswith("broken_card/SKILL.md") and "NoSuchThing" in e.reason for e in index.problems)
     prof = Profile(source="t.json", format="kineto_json", arch="gfx950",

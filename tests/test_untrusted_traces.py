@@ -24,7 +24,7 @@ from skillrun.errors import InputError, SkillRunError
 from skillrun.ingest import ingest
 from skillrun.ingest._jsonhead import walk_stream
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import lint
+from skillrun.lint import lint
 from skillrun.strict_json import dumps as strict_dumps
 
 pytestmark = pytest.mark.timeout(120)
@@ -218,7 +218,8 @@ def _record(tmp_path: Path) -> dict:
 
 
 def test_no_evidence_written_through_a_symlinked_card_folder(tmp_path):
-    from skillrun.validation import _slug, write_artifact
+    from skillrun.artifact_store import slug as _slug
+    from skillrun.validation import write_artifact
 
     rec = _record(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -232,7 +233,8 @@ def test_no_evidence_written_through_a_symlinked_card_folder(tmp_path):
 
 
 def test_leftover_temporaries_are_ignored_by_lint_and_cleaned_by_the_writer(tmp_path):
-    from skillrun.validation import _slug, write_artifact
+    from skillrun.artifact_store import slug as _slug
+    from skillrun.validation import write_artifact
 
     rec = _record(tmp_path)
     root = make_kb(tmp_path / "kb")

@@ -1,7 +1,7 @@
 """Profiling workload: the BASELINE batched fp8 rowwise GEMM, one torch._scaled_mm per batch.
 
 Run under the runner's profile step, e.g.
-    python -m skillrun.profile_run --out fp8_rowwise_batched.json.gz --steps 2:5 -- \
+    python -m skillrun.profiling.run --out fp8_rowwise_batched.json.gz --steps 2:5 -- \
         python benchmarks/workloads/fp8_rowwise_batched_workload.py
 so the trace shows the kernels (and aten::_scaled_mm calls with their scale shapes) a user's
 per-batch loop really launches. Each iteration runs every shape once, then marks a step.

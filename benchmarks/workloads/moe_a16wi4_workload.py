@@ -2,7 +2,7 @@
 to bf16 and run two torch._grouped_mm GEMMs (what a PyTorch user without an int4 MoE kernel runs).
 
 Run under the runner's profile step, e.g.
-    python -m skillrun.profile_run --out moe_a16wi4.json.gz --steps 2:5 -- \
+    python -m skillrun.profiling.run --out moe_a16wi4.json.gz --steps 2:5 -- \
         python benchmarks/workloads/moe_a16wi4_workload.py
 """
 from __future__ import annotations

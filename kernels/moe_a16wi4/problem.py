@@ -144,3 +144,12 @@ def min_bytes(shape: dict, active_experts: float | None = None) -> float:
     t, d, _, _, k, _ = dims(shape)
     act = expected_active_experts(shape) if active_experts is None else float(active_experts)
     return act * expert_bytes(shape) + 2 * t * d * 2 + t * k * 8
+
+
+# Small model dims: the unrolled large-token tiers compile quickly with them.
+CI_DIMS = {"model_dim": 1024, "inter_dim": 256, "experts": 16, "topk": 4, "group_size": 32}
+
+
+def ci_shape(shape: dict | None) -> dict:
+    """The shape CI compiles a recipe at: the tier's token count (so it keeps its tile_m) with small model dims."""
+    return {"tokens": min(shape["tokens"] if shape else 16, 4096), **CI_DIMS}

@@ -29,7 +29,7 @@ from skillrun.kb import bounded_yaml
 from skillrun.kb.index import SkillIndex
 from skillrun.regular_files import read_regular
 from skillrun.validation import MAX_ARTIFACT_BYTES
-from skillrun.plan import problem_keys
+from skillrun.kb.cards import problem_keys
 from skillrun.select import parse_shape
 
 BODY_PREVIEW = 2500  # card/fact body characters shown before pointing at sections
@@ -247,7 +247,7 @@ class AgentTools:
         from skillrun.validation import load_artifact
 
         if "_tuning" in path.parts:  # tuning / ablation / compile-prune artifacts have their own schema
-            from skillrun.tune.artifact import load_tuning_artifact
+            from skillrun.tuning_artifact import load_tuning_artifact
 
             return ok(path=self._rel(path), artifact=load_tuning_artifact(path), full_result=self._rel(path))
         record = load_artifact(path)

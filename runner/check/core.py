@@ -17,9 +17,9 @@ from typing import Any
 from skillrun import validation as V
 from skillrun.check import flydsl_env, gates as G
 from skillrun.errors import UsageError
-from skillrun.kb.cards import Recipe, SkillCard
+from skillrun.kb.cards import Recipe, SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
-from skillrun.refs import module_constant, module_file
+from skillrun.refs import module_file
 from skillrun.select import select_recipe
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -94,16 +94,10 @@ class CheckReport:
 
 
 # ---------------------------------------------------------------- shapes
-def _problem_keys(card: SkillCard) -> tuple[str, ...]:
-    problem = card.references.get("problem")
-    keys = module_constant(problem, "SHAPE_KEYS") if problem else None
-    return tuple(keys) if keys else ("M", "N", "K")
-
-
 def _named_shape(card: SkillCard, shape: Any) -> dict[str, int]:
     if isinstance(shape, dict):
         return {k: int(v) for k, v in shape.items()}
-    keys = _problem_keys(card)
+    keys = problem_keys(card)
     if len(shape) != len(keys):
         raise UsageError(f"shape {shape} has {len(shape)} numbers; {card.id}'s problem takes {keys}", field="shape")
     return dict(zip(keys, (int(v) for v in shape)))

@@ -12,12 +12,6 @@ import typer
 from skillrun.cli.common import err, guarded, index, out
 
 
-def register(app: typer.Typer) -> None:
-    """Attach `agent` and `mcp` to the root app."""
-    app.command("agent")(agent_cmd)
-    app.command("mcp")(mcp_cmd)
-
-
 @guarded
 def agent_cmd(
     question: str = typer.Argument(..., help="What to ask, e.g. \"Which hot kernels of trace.json.gz can a skill speed up?\""),
@@ -66,3 +60,10 @@ def mcp_cmd(
     from skillrun.agent.mcp_server import serve_stdio
 
     serve_stdio(index(), allow or [])
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("agent", agent_cmd, {}),
+    ("mcp", mcp_cmd, {}),
+)

@@ -1,5 +1,6 @@
 """`skill-run --profile TRACE` (the root command), `match`, `plan` and `kernels`: read a trace, rank
-its hot kernels, match cards and plan; the root command with --run also executes the plan."""
+its hot kernels, match cards and plan; the root command with --run also executes the plan. The
+entry module attaches :func:`main_cmd` as the root callback and ``COMMANDS`` as sub-commands."""
 from __future__ import annotations
 
 import sys
@@ -14,14 +15,6 @@ from skillrun.cli.common import (ARCH_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Bac
                                  index, print_analysis, print_results, state, term_width, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_USAGE
 from skillrun.termtext import safe
-
-
-def register(app: typer.Typer) -> None:
-    """The root callback (`skill-run --profile TRACE`), then `match`, `plan`, `kernels`, in the order `skill-run --help` lists them."""
-    app.callback(invoke_without_command=True)(main_cmd)
-    app.command("match")(match_cmd)
-    app.command("plan")(plan_cmd)
-    app.command("kernels")(kernels_cmd)
 
 
 def _progress():
@@ -215,3 +208,11 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
         out.print(safe(line))
     table = render(data, width, wide=wide, title=f"Hot kernels (top {min(top, len(prof.kernels))} of {len(prof.kernels)})")
     (console(10_000) if wide else out).print(table, crop=not wide)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("match", match_cmd, {}),
+    ("plan", plan_cmd, {}),
+    ("kernels", kernels_cmd, {}),
+)

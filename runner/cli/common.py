@@ -121,12 +121,22 @@ class ColdL2(str, Enum):
     off = "off"
 
 
+# `profile` and `e2e` take a workload's command line: their options end at its first word, so
+# `skill-run profile python x.py --steps 3` hands `--steps 3` to x.py (`--` works as well).
+WORKLOAD_COMMAND = {"allow_interspersed_args": False}
+
 ARCH_HELP = "Device arch when the trace does not say: gfx950, gfx942, gfx90a, sm_90, sm_100, … (a typo is an error)."
 TARGET_ARCH_HELP = ("Arch to select recipes and compile for, when it is not the device present: gfx950, gfx942, sm_90, … "
                     "(a typo is an error).")
 TOP_HELP = "How many hot kernels to rank and match (at least 1)."
 SHAPE_HELP = "Shape for kernels whose shape the trace lacks, in the card's key order, e.g. 4096,2048,7168 (repeatable)."
 WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal)."
+
+
+def attach(app: typer.Typer, commands) -> None:
+    """Add a command module's ``COMMANDS`` ((name, function, typer settings), …) to ``app`` in order."""
+    for name, fn, settings in commands:
+        app.command(name, **settings)(fn)
 
 
 # --------------------------------------------------------------------------- shared printers

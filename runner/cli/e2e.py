@@ -13,18 +13,12 @@ from typing import List, Optional
 import typer
 
 from skillrun import api
-from skillrun.cli.common import command_line, emit_json, err, guarded, index, out
+from skillrun.cli.common import WORKLOAD_COMMAND, command_line, emit_json, err, guarded, index, out
 from skillrun.errors import EXIT_FAILURE
 
 HELP = ("Rerun a workload as-is and with the planned ports routed in (A/B interleaved), compare its outputs "
         "within the card's tolerance and measure the end-to-end gain beside the projection.\n\n"
         + "\n".join(line.strip() for line in __doc__.splitlines()[2:]))
-
-
-def register(app: typer.Typer) -> None:
-    """Attach `e2e` to the root app. Its options end at the first word of the workload command, as for
-    `skill-run profile`."""
-    app.command("e2e", context_settings={"allow_interspersed_args": False}, help=HELP)(e2e_cmd)
 
 
 @guarded
@@ -101,3 +95,9 @@ def _print(rec: dict) -> None:
         out.print(f"  [yellow]note:[/] {n}")
     if rec.get("artifact"):
         out.print(f"wrote {rec['artifact']}")
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("e2e", e2e_cmd, {"context_settings": WORKLOAD_COMMAND, "help": HELP}),
+)

@@ -4,7 +4,7 @@ word), flag-style help and exit codes. Commands are thin typer functions over :m
 they import the shared kit :mod:`skillrun.cli.common`, never this module, and nothing else imports it
 (the `skill-run` script reaches :func:`main` through :func:`skillrun.cli.main`).
 
-A new command: a function in its group's module, attached by that module's ``register(app)``. A
+A new command: a function in its group's module, listed in that module's ``COMMANDS``. A
 command that prints JSON declares ``as_json: bool = typer.Option(False, "--json", …)`` (that parameter
 name: ``skill-run --json NAME`` sets it) or reads :func:`~skillrun.cli.common.want_json`; it reads the
 knowledge base with :func:`~skillrun.cli.common.index`.
@@ -21,7 +21,7 @@ from typer._click import exceptions as _cexc  # typer ships its own click
 from typer.core import TyperGroup
 
 from skillrun.cli import agent, analyze, e2e, kb, profile, run, tune
-from skillrun.cli.common import state
+from skillrun.cli.common import attach, state
 from skillrun.termtext import plain
 
 HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape; `--run` also runs each port against its production reference and writes validation YAML.
@@ -47,9 +47,10 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=False, rich_
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
+app.callback(invoke_without_command=True)(analyze.main_cmd)  # skill-run --profile TRACE
 # The order here is the order of `skill-run --help`.
 for _module in (analyze, kb, run, profile, agent, tune, e2e):
-    _module.register(app)
+    attach(app, _module.COMMANDS)
 
 # `skill-run -h` lists commands by what they are for, not in one flat list of 17.
 PANELS = {

@@ -12,14 +12,6 @@ from skillrun.errors import EXIT_FAILURE
 from skillrun.termtext import safe
 
 
-def register(app: typer.Typer) -> None:
-    """Attach `lint`, `list`, `show`, `fact` to the root app (in this order: `skill-run --help` lists them so)."""
-    app.command("lint")(lint_cmd)
-    app.command("list")(list_cmd)
-    app.command("show")(show_cmd)
-    app.command("fact")(fact_cmd)
-
-
 @guarded
 def lint_cmd():
     """Validate every card, fact and validation artifact; run each card's own test cases.
@@ -79,17 +71,9 @@ def show_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id, 
     Example: skill-run show flydsl_fp8_blockscale_gemm
     """
     card = index().skill(skill_id)
-    if want_json():
-        emit_json(card.to_json())
-        return
-    from rich.markdown import Markdown
-
-    out = console()
-    out.print(f"[bold]{safe(card.id)}[/] — {safe(card.data['title'])}")
-    out.print(f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}")
-    for r in card.recipes:
-        out.print(f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}")
-    out.print(Markdown(card.body))
+    _print_card(card, [f"gens {safe(card.gens)}  regex /{safe(card.regex)}/  min % GPU {card.min_pct_gpu}"]
+                + [f"  recipe [bold]{safe(r.name)}[/] when `{safe(r.when)}` → {safe(r.kernel)} {safe(json.dumps(r.config))}"
+                   for r in card.recipes])
 
 
 @guarded
@@ -98,12 +82,27 @@ def fact_cmd(fact_id: str = typer.Argument(..., metavar="FACT", help="Fact id, a
 
     Example: skill-run fact gfx950_hardware
     """
-    fact = index().fact(fact_id)
+    _print_card(index().fact(fact_id), [])
+
+
+def _print_card(card, lines: list[str]) -> None:
+    """A skill or fact card: its front matter as data with --json, else title, ``lines`` and its body."""
     if want_json():
-        emit_json(fact.to_json())
+        emit_json(card.to_json())
         return
     from rich.markdown import Markdown
 
     out = console()
-    out.print(f"[bold]{safe(fact.id)}[/] — {safe(fact.data['title'])}")
-    out.print(Markdown(fact.body))
+    out.print(f"[bold]{safe(card.id)}[/] — {safe(card.data['title'])}")
+    for line in lines:
+        out.print(line)
+    out.print(Markdown(card.body))
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("lint", lint_cmd, {}),
+    ("list", list_cmd, {}),
+    ("show", show_cmd, {}),
+    ("fact", fact_cmd, {}),
+)

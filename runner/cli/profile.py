@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from skillrun.cli.common import emit_json, err, guarded, index, out, print_analysis
+from skillrun.cli.common import WORKLOAD_COMMAND, emit_json, err, guarded, index, out, print_analysis
 from skillrun.errors import EXIT_NO_MATCH
 
 HELP = ("Run a workload under a profiler without editing it, then rank and match its hot kernels "
@@ -25,12 +25,6 @@ class Tool(str, Enum):
     torch = "torch"
     rocprofv3 = "rocprofv3"
     nsys = "nsys"
-
-
-def register(app: typer.Typer) -> None:
-    """Attach `profile` to the root app. Its options end at the first word of the command, so
-    `skill-run profile python x.py --steps 3` hands `--steps 3` to x.py; `--` works as well."""
-    app.command("profile", context_settings={"allow_interspersed_args": False}, help=HELP)(profile_cmd)
 
 
 @guarded
@@ -51,7 +45,7 @@ def profile_cmd(
 ):
     """Run a workload under a profiler without editing it, then rank and match its hot kernels."""
     from skillrun.api import analyze
-    from skillrun.profile_run import DEFAULT_OUT, profile_workload
+    from skillrun.profiling.run import DEFAULT_OUT, profile_workload
 
     target = out_path or Path(DEFAULT_OUT[tool.value])
     # Under --json our stdout must stay pure JSON, so the workload prints to stderr instead.
@@ -75,3 +69,9 @@ def profile_cmd(
         print_analysis(a, top)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("profile", profile_cmd, {"context_settings": WORKLOAD_COMMAND, "help": HELP}),
+)

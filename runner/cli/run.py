@@ -17,14 +17,6 @@ from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
 
 
-def register(app: typer.Typer) -> None:
-    """Attach `run`, `check`, `report`, `doctor` to the root app (in this order: `skill-run --help` lists them so)."""
-    app.command("run")(run_cmd)
-    app.command("check")(check_cmd)
-    app.command("report")(report_cmd)
-    app.command("doctor")(doctor_cmd)
-
-
 @guarded
 def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id whose port to run."),
             shape: List[str] = typer.Option(..., "--shape", metavar="SHAPE", help="Shape(s) to run in the card's key order, e.g. 4096,2048,7168 (repeatable)."),
@@ -153,3 +145,12 @@ def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metava
         out = console()
         for line, style in render_lines(rep):
             out.print(safe(line), style=style or None)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("run", run_cmd, {}),
+    ("check", check_cmd, {}),
+    ("report", report_cmd, {}),
+    ("doctor", doctor_cmd, {}),
+)

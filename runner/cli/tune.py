@@ -18,12 +18,6 @@ from skillrun.errors import EXIT_FAILURE
 from skillrun.options import check_arch
 
 
-def register(app: typer.Typer) -> None:
-    """Attach `tune` and `ablate` to the root app."""
-    app.command("tune")(tune_cmd)
-    app.command("ablate")(ablate_cmd)
-
-
 def _resources(items: list[str] | None) -> dict[str, float] | None:
     from skillrun.errors import UsageError
 
@@ -137,3 +131,10 @@ def _print_tuning(out, r: dict) -> None:
     if r.get("diff"):
         out.print("proposed card change" + (" (applied):" if (r.get("proposal") or {}).get("applied") else " (not applied; --apply writes it):"))
         out.print(r["diff"], markup=False, highlight=False)
+
+
+# What this module adds to `skill-run`, in the order `skill-run --help` lists it.
+COMMANDS = (
+    ("tune", tune_cmd, {}),
+    ("ablate", ablate_cmd, {}),
+)

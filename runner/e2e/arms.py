@@ -116,7 +116,7 @@ def _read_status(path: Path) -> dict[str, Any]:
 def run_arm(cmd: list[str], arm: str, label: str, root: Path, spec_path: Path, base_env: dict[str, str],
             extra_env: dict[str, str | None], timeout: float | None = None, save: bool = False) -> ArmRun:
     """One unprofiled run with the hook installed."""
-    from skillrun.profile_run import _install_hook
+    from skillrun.profiling.run import _install_hook
 
     run_dir = root / label
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def run_arm(cmd: list[str], arm: str, label: str, root: Path, spec_path: Path, b
 def run_profiled(cmd: list[str], arm: str, label: str, root: Path, spec_path: Path, base_env: dict[str, str],
                  extra_env: dict[str, str | None], steps: str | None) -> ArmRun:
     """One run under torch.profiler (`skill-run profile`'s runner) with the same routing: GPU kernel time."""
-    from skillrun.profile_run import WorkloadFailed, profile_workload
+    from skillrun.profiling.run import WorkloadFailed, profile_workload
 
     run_dir = root / label
     run_dir.mkdir(parents=True, exist_ok=True)

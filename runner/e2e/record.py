@@ -9,25 +9,17 @@ card's ``validation.measured.e2e_pct`` can cite, with this file's path.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from skillrun.artifact_store import machine_path_in_kb, slug, stamp, write_new
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.paths import kb_root
+from skillrun.redact import scrub
 from skillrun.refs import module_file, split_ref
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now, validate_record
 
 KIND = "e2e_validation"
-
-
-def _rel(path: Path | str) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(kb_root().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _kernel_sha(ref: str) -> str | None:
@@ -44,7 +36,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         routed = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_b]
         routable = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_a]
         card = index.skill(it["card"])
-        entry = cards.setdefault(card.id, {"id": card.id, "revision": card_revision(card.path), "path": _rel(card.path),
+        entry = cards.setdefault(card.id, {"id": card.id, "revision": card_revision(card.path), "path": machine_path_in_kb(card.path),
                                            "sha256": file_sha256(card.path), "items": []})
         row = {"recipe": it["recipe"], "untuned": it["untuned"], "kernel": it["kernel_ref"], "backend": it["backend"],
                "config": it["config"], "shape": it["shape"], "route": it["route"], "pct_gpu": it["pct_gpu"],
@@ -96,7 +88,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         "created": utc_now(),
         "command": command_line or "skill-run e2e -- " + " ".join(cmd),
         "workload": {"command": list(cmd), "cwd": os.getcwd()},
-        "plan": {"source": _rel(plan_source) if plan_source else None, "arch": plan.arch},
+        "plan": {"source": machine_path_in_kb(plan_source) if plan_source else None, "arch": plan.arch},
         "card_ids": [c["id"] for c in covered] or [c["id"] for c in cards.values()],
         "cards": covered or list(cards.values()),
         "skipped_items": spec.skipped,
@@ -149,31 +141,13 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60]
-
-
 def record_name(rec: dict[str, Any]) -> str:
-    stamp = rec["created"].replace(":", "").replace("-", "").replace("+0000", "Z")
     script = next((Path(a).stem for a in rec["workload"]["command"] if a.endswith(".py")), Path(rec["workload"]["command"][0]).name)
-    return f"{stamp}_{_slug(script)}_{_slug('+'.join(rec['card_ids']))[:60]}_e2e.yaml"
+    return f"{stamp(rec['created'])}_{slug(script, 60)}_{slug('+'.join(rec['card_ids']), 60)}_e2e.yaml"
 
 
 def write_record(rec: dict[str, Any], root: Path | None = None) -> Path:
     """Validate, then write atomically to validation/e2e/ (or root/e2e); never overwrites."""
-    from skillrun.atomic import write_atomic
-    from skillrun.redact import scrub
-
     rec = scrub(rec)  # the workload's command line is the user's text: no token reaches evidence
     validate_record(rec)
-    folder = (Path(root) if root is not None else kb_root() / "validation") / "e2e"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = record_name(rec)
-    text = yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=110)
-    n = 0
-    while True:
-        target = folder / (name if n == 0 else name.replace(".yaml", f"_{n}.yaml"))
-        try:  # one temporary + rename path for every file we write (skillrun.atomic); never clobbers
-            return write_atomic(target, text, replace=False, no_symlink_folder=True)
-        except FileExistsError:
-            n += 1
+    return write_new((Path(root) if root is not None else kb_root() / "validation") / "e2e", record_name(rec), rec)

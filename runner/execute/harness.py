@@ -26,7 +26,7 @@ from typing import Any
 from skillrun.errors import SkillRunError, UsageError
 from skillrun.execute.backends import Backend, make_backend
 from skillrun.execute.isolate import run_task
-from skillrun.execute.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
+from skillrun.peaks import DEFAULT_PEAKS, PeakTable, floor_ms
 from skillrun.execute.proxy import proxy_shape
 from skillrun.execute.stats import aa_noise, summarize
 from skillrun.kb.cards import SkillCard

@@ -13,6 +13,7 @@ import yaml
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
 from skillrun.kb.paths import schema_path
+from skillrun.refs import module_constant
 from skillrun.regular_files import read_regular
 
 # Real cards are under 60 KiB; a card far past that is a mistake or an attack, not knowledge.
@@ -182,3 +183,11 @@ def read_fact(path: Path) -> tuple[FactCard | None, list[SkillRunError]]:
     if data["id"] != path.stem:
         errors.append(SkillRunError(f"id {data['id']!r} differs from its file name {path.stem!r}", path=str(path), field="id"))
     return FactCard(id=data["id"], path=path, data=data, body=body), errors
+
+
+def problem_keys(card: SkillCard) -> tuple[str, ...]:
+    """The names of a card's shape dimensions, in order: its problem module's SHAPE_KEYS (read
+    without importing it), else M, N, K."""
+    problem = card.references.get("problem")
+    keys = module_constant(problem, "SHAPE_KEYS") if problem else None
+    return tuple(keys) if keys else ("M", "N", "K")

@@ -20,7 +20,7 @@ class SkillIndex:
     """Every usable card of a knowledge base, and every problem that kept a card out.
 
     A card that fails to read, to match the schema, to carry its folder's id, or (after
-    :meth:`check_cards`) to lint is *not* usable: it is left out of ``skills`` and its file and
+    :func:`skillrun.lint.check_cards`) to lint is *not* usable: it is left out of ``skills`` and its file and
     reasons are in ``errors`` and ``rejected``, so that match/plan can report it (and exit 1)
     instead of silently matching without it. A duplicate id is an error; the first card keeps
     the id, the later one is rejected, never an override.
@@ -33,9 +33,9 @@ class SkillIndex:
     rejected: dict[str, list[SkillRunError]] = field(default_factory=dict)  # card/fact file -> why it is not used
     card_files: int = 0  # SKILL.md files seen (usable or not)
     fact_files: int = 0
-    checked: bool = False  # check_cards has run
+    checked: bool = False  # skillrun.lint.check_cards has run
 
-    def _reject(self, path: Path, errs: list[SkillRunError]) -> None:
+    def reject(self, path: Path, errs: list[SkillRunError]) -> None:
         self.errors += errs
         self.rejected.setdefault(str(path), []).extend(errs)
 
@@ -50,7 +50,7 @@ class SkillIndex:
                 errs = errs + [SkillRunError(f"duplicate fact id {fact.id!r} (also {idx.facts[fact.id].path}); "
                                              "this file is not used", path=str(path), field="id")]
             if errs or fact is None:
-                idx._reject(path, errs)
+                idx.reject(path, errs)
                 continue
             idx.facts[fact.id] = fact
         for path in sorted((root / "skills").glob("*/SKILL.md")):
@@ -60,27 +60,10 @@ class SkillIndex:
                 errs = errs + [SkillRunError(f"duplicate skill id {card.id!r} (also {idx.skills[card.id].path}); "
                                              "this card is not used", path=str(path), field="id")]
             if errs or card is None:
-                idx._reject(path, errs)
+                idx.reject(path, errs)
                 continue
             idx.skills[card.id] = card
         return idx
-
-    def check_cards(self) -> "SkillIndex":
-        """Lint every usable card; one with any lint error leaves ``skills`` (reported, not used).
-
-        Matching must never run on a card lint refuses (a regex RE2 rejects, a predicate past the
-        bounds, a kernel reference that does not exist), and must never drop it silently either.
-        (Whether the evidence files a card lists exist is lint's business alone: see lint_card.)
-        """
-        from skillrun.kb.lint import lint_card
-
-        for cid, card in list(self.skills.items()):
-            errs = lint_card(card, self, evidence=False)
-            if errs:
-                del self.skills[cid]
-                self._reject(card.path, errs)
-        self.checked = True
-        return self
 
     @property
     def problems(self) -> list[SkillRunError]:

@@ -19,9 +19,9 @@ from skillrun.kb import tunable as T
 from skillrun.kb.index import SkillIndex
 from skillrun.select import select_recipe
 from skillrun.tune import session as S
-from skillrun.tune.artifact import write_tuning
-from skillrun.tune.sweep import _command, _ctx, _facts, _timing_meta, base_record, candidate_row, shape_text
+from skillrun.tune.task import base_record, candidate_row, command_line, device_facts, shape_text, task_context, timing_meta
 from skillrun.tune.workers import pin_env, visible_devices
+from skillrun.tuning_artifact import write_tuning
 
 ABLATED = "ablated"
 
@@ -49,7 +49,7 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
     validation_root = Path(validation_root) if validation_root is not None else index.root / "validation"
     changes = parse_sets(sets)
     be = backend if isinstance(backend, Backend) else make_backend(backend)
-    target, facts = _facts(index, card, be, arch)
+    target, facts = device_facts(index, card, be, arch)
     if recipe:
         r = card.recipe(recipe)
         untuned = False
@@ -77,11 +77,11 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
 
         ran_shape, how = proxy_shape(shape)
         proxy_note = f"CPU numerics on the proxy shape {shape_text(ran_shape)} (asked {shape_text(shape)}); proxy chosen by {how}"
-    ctx = _ctx(card, ran_shape, be, r.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds, warmup=warmup,
+    ctx = task_context(card, ran_shape, be, r.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds, warmup=warmup,
                cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
     rec = base_record("ablation", card, shape, be,
                       {"name": r.name, "untuned": untuned, "kernel": r.kernel, "backend": r.backend, "config": dict(r.config)},
-                      command or _command(f"ablate {card.id} --shape {shape_text(shape)} "
+                      command or command_line(f"ablate {card.id} --shape {shape_text(shape)} "
                                           + " ".join(f"--set {k}={v}" for k, v in changes.items())))
     dev = visible_devices(be.kind)[0]
     env = {**ctx["env"], **pin_env(be.kind, dev)}
@@ -133,7 +133,7 @@ def _judge(rec, ses, ab, claim, name, res, ctx, rounds) -> None:
     if "error" in ses:
         _done(rec, "error", f"the A/B session failed: {ses['error'][:600]}")
         return
-    rec["timing"] = _timing_meta(ctx, res, rounds)
+    rec["timing"] = timing_meta(ctx, res, rounds)
     bad = [f"{k}: {v['reason']}" for k, v in ses["integrity"].items() if not v["passed"]]
     if bad:
         _done(rec, "error", "slot integrity failed: " + "; ".join(bad)[:600])

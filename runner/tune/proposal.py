@@ -20,7 +20,7 @@ import yaml
 
 from skillrun.errors import SkillRunError
 from skillrun.kb import tunable as T
-from skillrun.kb.cards import SkillCard, read_skill
+from skillrun.kb.cards import SkillCard, problem_keys, read_skill
 from skillrun.kb.index import SkillIndex
 from skillrun.select import select_recipe
 
@@ -163,8 +163,6 @@ def propose(index: SkillIndex, card: SkillCard, rec: dict[str, Any], artifact: s
     block = _dump_item(_new_recipe(card, rec, name, artifact), "")
     fm2 = _insert_recipe(fm, rec["recipe"]["name"], block)
     shape_flow = yaml.safe_dump(dict(rec["shape"]), default_flow_style=True, width=1000, sort_keys=False).strip()
-    from skillrun.plan import problem_keys
-
     fm2 = _insert_select(fm2, f"{{shape: {shape_flow}, recipe: {name}}}", rec["shape"], problem_keys(card))
     new_text = head + fm2 + body
     check(index, card, new_text, rec["shape"], facts, arch, name)
@@ -174,7 +172,7 @@ def propose(index: SkillIndex, card: SkillCard, rec: dict[str, Any], artifact: s
 def check(index: SkillIndex, card: SkillCard, new_text: str, shape: dict[str, int], facts: dict[str, Any],
           arch: str | None, name: str) -> SkillCard:
     """Parse + schema + lint + selection of ``new_text`` as this card; raises with the first problem."""
-    from skillrun.kb.lint import lint_card
+    from skillrun.lint import lint_card
 
     folder = Path(card.path).parent
     fd, tmp = tempfile.mkstemp(prefix=".SKILL.md.tune-", suffix=".md", dir=folder)

@@ -19,8 +19,8 @@ from skillrun.kb import tunable as T
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
 from skillrun.select import select_recipe
-from skillrun.tune.artifact import load_tuning_artifact, relative, write_tuning
-from skillrun.tune.sweep import _command, base_record, nearest_recipe, shape_text
+from skillrun.tune.task import base_record, command_line, nearest_recipe, shape_text
+from skillrun.tuning_artifact import load_tuning_artifact, write_tuning
 
 # The tuner's floor on top of the recipe's own gates (a recipe may be stricter, never looser here).
 FLOOR_GATES = {"max_vgpr_spill": 0, "max_sgpr_spill": 0, "max_scratch_bytes": 0}
@@ -64,7 +64,7 @@ def prune_shape(index: SkillIndex, card: SkillCard, shape: dict[str, int], *, ar
     rec = base_record("compile_prune", card, shape, be,  # type: ignore[arg-type]
                       {"name": start_name, "untuned": sel.untuned, "kernel": start.kernel, "backend": start.backend,
                        "config": dict(start.config), "why": f"sweep starts from {start_name}: {why}"},
-                      command or _command(f"tune {card.id} --shape {shape_text(shape)} --compile-only --arch {arch}"))
+                      command or command_line(f"tune {card.id} --shape {shape_text(shape)} --compile-only --arch {arch}"))
     rec["software"]["flydsl"] = version
     rec["space"] = {"knobs": space.knobs, "constraints": space.constraints}
     rec["workers"] = {"engine": "inline", "lanes": [{"lane": 0, "device": None}], "ray_address": None, "rebuilt": 0}

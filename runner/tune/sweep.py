@@ -1,7 +1,6 @@
 """`skill-run tune`: sweep a recipe's declared space for one shape and propose a recipe only on a real win.
 
     tune_shape(index, skill_id, shape)     one shape -> tuning artifact (+ proposed SKILL.md diff)
-    tune_from_plan(index, trace)           every UNTUNED item of a trace's plan
 
 Steps (the seeds' method; the MoE PR's two tuner lies are the reason for steps 3 and 6):
   1. start from the nearest recipe (the one selected for the shape, else the nearest one that
@@ -17,145 +16,23 @@ Steps (the seeds' method; the MoE PR's two tuner lies are the reason for steps 3
 """
 from __future__ import annotations
 
-import math
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
-from skillrun.errors import SkillRunError, UnavailableError, UsageError
+from skillrun.artifact_store import machine_path_in_kb
+from skillrun.errors import SkillRunError, UnavailableError
 from skillrun.execute.backends import Backend, make_backend
 from skillrun.kb import tunable as T
-from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
-from skillrun.refs import module_file, split_ref
 from skillrun.select import select_recipe
 from skillrun.tune import session as S
-from skillrun.tune.artifact import relative, write_tuning
+from skillrun.tune.task import (base_record, candidate_row, command_line, device_facts, nearest_recipe, shape_text,
+                                task_context, timing_meta)
 from skillrun.tune.workers import make_pool
-from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now
+from skillrun.tuning_artifact import write_tuning
 
 DEFAULT_TOP = 3
 SLOTS_PER_SESSION = 8
-
-
-# ------------------------------------------------------------------------------------------ context
-
-def _facts(index: SkillIndex, card: SkillCard, be: Backend, arch: str | None) -> tuple[str | None, dict[str, Any]]:
-    target = arch or (be.facts.arch if be.gpu else None) or (card.gens[0] if card.gens else None)
-    return target, {**index.device_facts(target), **(be.facts.predicate_facts() if be.gpu else {})}
-
-
-def _shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
-    keys = [k for k in a if k in b]
-    if not keys:
-        return math.inf
-    return sum(abs(math.log2(max(int(a[k]), 1) / max(int(b[k]), 1))) for k in keys)
-
-
-def _recipe_shapes(card: SkillCard, name: str) -> list[dict[str, int]]:
-    from skillrun.plan import problem_keys
-
-    keys = problem_keys(card)
-    out = []
-    for sel in card.data.get("tests", {}).get("selects", []) or []:
-        if sel.get("recipe") == name:
-            s = sel["shape"]
-            out.append(dict(zip(keys, s)) if isinstance(s, list) else dict(s))
-    for r in card.data.get("recipes", []):
-        if r.get("name") == name:
-            for ev in r.get("evidence") or []:
-                s = ev.get("shape")
-                if isinstance(s, dict):
-                    out.append(dict(s))
-                elif isinstance(s, list) and len(s) == len(keys):
-                    out.append(dict(zip(keys, s)))
-    return out
-
-
-def nearest_recipe(card: SkillCard, shape: dict[str, int], selected: str, untuned: bool) -> tuple[str, str]:
-    """(recipe name the sweep starts from, why)."""
-    spaced = [r.name for r in card.recipes if T.space_of(card, r.name)]
-    if not untuned:
-        if selected in spaced:
-            return selected, f"the recipe the card selects for this shape ({selected})"
-        raise UsageError(f"recipe {selected!r} (selected for this shape) declares no tunable space",
-                         field=f"recipes.{selected}.tunable", hint="add `tunable: {space: {...}}` to the recipe in the card")
-    if not spaced:
-        raise UsageError(f"card {card.id} declares no tunable space in any recipe", field="recipes.*.tunable")
-    best, dist = None, math.inf
-    for name in spaced:
-        for s in _recipe_shapes(card, name):
-            d = _shape_distance(shape, s)
-            if d < dist:
-                best, dist = name, d
-    if best is None:
-        name = selected if selected in spaced else spaced[0]
-        return name, f"no recipe with a space names a shape; started from {name}"
-    return best, f"nearest recipe with a tunable space by log2 shape distance ({dist:.2f}) to its test/evidence shapes"
-
-
-def _ctx(card: SkillCard, shape: dict[str, int], be: Backend, recipe_backend: str, *, seeds: int, timeout_s: float,
-         timer: str | None, rounds: int, warmup: int, cold_l2: str, cuda_graph: bool, isolation: str | None) -> dict[str, Any]:
-    tol = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999, **card.tolerance}
-    iso = isolation or ("spawn" if be.gpu else "fork")
-    return {"shape": dict(shape), "problem": card.references["problem"], "device": be.torch_device,
-            "seeds": list(range(1, 1 + seeds)), "tolerance": tol, "timeout_s": float(timeout_s),
-            "env": be.env(recipe_backend), "isolation": iso, "profile_launches": 3 if be.gpu else 1,
-            "timing": {"timer": timer if timer is not None else be.default_timer(), "warmup": warmup, "cold_l2": cold_l2,
-                       "l2_bytes": be.facts.l2_bytes, "cuda_graph": cuda_graph, "max_sets": 32, "max_seconds": 120.0}}
-
-
-def _sha(ref: str) -> str | None:
-    try:
-        p = module_file(split_ref(ref)[0])
-    except SkillRunError:
-        return None
-    return file_sha256(p) if p else None
-
-
-def base_record(kind: str, card: SkillCard, shape: dict[str, int], be: Backend, recipe: dict[str, Any],
-                command: str) -> dict[str, Any]:
-    return {
-        "schema_version": 1, "kind": kind, "created": utc_now(), "command": command,
-        "card": {"id": card.id, "revision": card_revision(card.path), "path": relative(card.path, card.path.parents[2]), "sha256": file_sha256(card.path)},
-        "runner": runner_info(), "device": be.facts.artifact(), "software": software_info(), "shape": dict(shape),
-        "recipe": {**recipe, "kernel_source_sha256": _sha(recipe["kernel"])},
-    }
-
-
-def _command(default: str) -> str:
-    argv = sys.argv
-    if argv and Path(argv[0]).name in ("skill-run", "skillrun", "__main__.py"):
-        return "skill-run " + " ".join(shlex.quote(a) for a in argv[1:])
-    return default
-
-
-def shape_text(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
-
-
-def candidate_row(cid: str, label: str, cfg: dict, role: str, res: dict[str, Any] | None,
-                  status: str | None = None, reason: str | None = None) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": cid, "label": label, "config": cfg, "role": role}
-    if res is not None:
-        st, why = S.classify(res)
-        row.update(status=status or st, reason=reason or why, lane=res.get("lane"), device=res.get("device"),
-                   wall_s=res.get("wall_s"), parity=_parity_summary(res))
-    else:
-        row.update(status=status, reason=reason, lane=None, device=None, wall_s=None, parity=None)
-    return row
-
-
-def _parity_summary(res: dict[str, Any]) -> dict[str, Any] | None:
-    p = res.get("parity")
-    if not p:
-        return None
-    keep = ("passed", "supported", "rel_fro", "max_abs_err", "cosine", "mismatched", "nonfinite", "elements", "error")
-    out = {k: p[k] for k in keep if k in p}
-    if res.get("build_s") is not None:
-        out["build_s"] = res["build_s"]
-    return out
 
 
 # ------------------------------------------------------------------------------------------ tune
@@ -177,7 +54,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         return prune_shape(index, card, shape, arch=arch, timeout_s=timeout_s, write=write,
                            validation_root=validation_root, command=command)
     be = backend if isinstance(backend, Backend) else make_backend(backend)
-    target, facts = _facts(index, card, be, arch)
+    target, facts = device_facts(index, card, be, arch)
     sel = select_recipe(card, shape, facts, target)
     start_name, why = nearest_recipe(card, shape, sel.recipe.name, sel.untuned)
     start = card.recipe(start_name)
@@ -193,15 +70,15 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
     if start_from:
         from skillrun.tune.prune import kept_configs
 
-        configs, space_from = kept_configs(start_from, card, start_name, shape), relative(Path(start_from), index.root)
+        configs, space_from = kept_configs(start_from, card, start_name, shape), machine_path_in_kb(start_from, index.root)
         pruned = []
-    ctx = _ctx(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
+    ctx = task_context(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
                warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
     inc_recipe = {"name": inc.name, "untuned": sel.untuned, "kernel": inc.kernel, "backend": inc.backend,
                   "config": dict(inc.config), "why": ("the card's default (UNTUNED shape); " if sel.untuned else "selected for this shape; ")
                   + f"sweep starts from {start_name}: {why}"}
     rec = base_record("tuning", card, shape, be, inc_recipe,
-                      command or _command(f"tune {card.id} --shape {shape_text(shape)}"))
+                      command or command_line(f"tune {card.id} --shape {shape_text(shape)}"))
     rec.update(space={"knobs": space.knobs, "constraints": space.constraints, **({"from": space_from} if space_from else {})},
                tolerance=ctx["tolerance"], seeds=ctx["seeds"])
     notes: list[str] = []
@@ -262,11 +139,11 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
     refused: SkillRunError | None = None
     if rec["verdict"] == "proposed" and write:
         from skillrun.tune import proposal as P
-        from skillrun.tune.artifact import reserve_path
+        from skillrun.tuning_artifact import reserve_path
 
         path = reserve_path(rec, validation_root)  # the proposal cites this path
         try:
-            prop = P.propose(index, card, rec, relative(path, index.root), facts, target)
+            prop = P.propose(index, card, rec, machine_path_in_kb(path, index.root), facts, target)
             diff = P.unified_diff(card, prop)
             rec["proposal"] = {"recipe_name": prop.recipe_name, "diff": diff, "applied": False}
             if apply:
@@ -307,15 +184,9 @@ def _finish(rec: dict[str, Any], verdict: str, reason: str) -> None:
     rec["decision"]["reason"] = reason
 
 
-def _timing_meta(ctx: dict[str, Any], res: dict[str, Any], rounds: int) -> dict[str, Any]:
-    t = res.get("timing") or {}
-    return {"method": t.get("method", "?"), "rounds": int(t.get("rounds", rounds)), "warmup": int(t.get("warmup", ctx["timing"]["warmup"])),
-            "cold_l2": str(res.get("cold_l2"))}
-
-
 def _below_floor(be: Backend, peaks, work, stats: dict[str, Any]) -> dict[str, float]:
     """Slots whose fastest sample beats the device's physical floor (a timer that missed the work)."""
-    from skillrun.execute.peaks import DEFAULT_PEAKS, floor_ms
+    from skillrun.peaks import DEFAULT_PEAKS, floor_ms
 
     flops, nbytes, dtypes = work
     peak = (peaks or DEFAULT_PEAKS).lookup(be.facts.name, be.facts.arch)
@@ -345,7 +216,7 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
                 by_id[cid]["sweep"] = {"error": ses["error"][:500]}
             continue
         if rec["timing"] is None and res.get("timing"):
-            rec["timing"] = _timing_meta(ctx, res, rounds)
+            rec["timing"] = timing_meta(ctx, res, rounds)
         for cid in ids:
             ok = ses["integrity"].get(cid, {}).get("passed", False)
             sp = ses["ratio_vs_incumbent"].get(cid)
@@ -378,7 +249,7 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
         _finish(rec, "error", f"the re-check session failed: {ses['error'][:600]}")
         return
     if rec["timing"] is None:
-        rec["timing"] = _timing_meta(ctx, res, recheck_rounds)
+        rec["timing"] = timing_meta(ctx, res, recheck_rounds)
     noise = ses["noise_pct"]
     dec = rec["decision"]
     dec["noise_pct"] = noise
@@ -432,23 +303,3 @@ def _sweep_and_recheck(rec, ctx, pool, be, inc, start, survivors, by_id, baselin
 
 
 # ------------------------------------------------------------------------------------------ from a plan
-
-def tune_from_plan(index: SkillIndex, trace: str | Path, *, arch: str | None = None, **kw: Any) -> list[dict[str, Any]]:
-    """Tune every UNTUNED item of the trace's plan; an item that cannot be tuned is its own error row."""
-    from skillrun.api import analyze
-
-    an = analyze(trace, index=index, arch=arch, top=None)
-    out = []
-    seen = set()
-    for item in an.plan.items:
-        if not item.untuned or not item.shape:
-            continue
-        key = (item.skill_id, tuple(sorted(item.shape.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            out.append(tune_shape(index, item.skill_id, dict(item.shape), arch=arch, **kw))
-        except SkillRunError as exc:
-            out.append({"card": {"id": item.skill_id}, "shape": item.shape, "verdict": "error", "reason": str(exc), "artifact": None})
-    return out

@@ -327,10 +327,10 @@ def _claim_e2e_config() -> dict[str, str] | None:
 
 
 def _start_e2e(cfg: dict[str, str]) -> None:
-    """Install the routing of `skill-run e2e` (skillrun.e2e.child); a failure is reported, not hidden:
+    """Install the routing of `skill-run e2e` (skillrun.profiling.routing); a failure is reported, not hidden:
     the status file says why, and the parent fails the arm."""
     try:
-        from skillrun.e2e import child
+        from skillrun.profiling import routing as child
 
         child.install(cfg)
     except Exception as exc:  # noqa: BLE001
@@ -344,7 +344,7 @@ def _main() -> None:
     e2e = _claim_e2e_config()
     cfg = _claim_config()
     if cfg is None and e2e is None:
-        return  # imported outside `skill-run profile` / `e2e` (e.g. as skillrun.profile_hook.sitecustomize)
+        return  # imported outside `skill-run profile` / `e2e` (e.g. as skillrun.profiling.hook.sitecustomize)
     hook_dir = (cfg or e2e or {}).get("hook_dir", "")
     _chain_previous_sitecustomize(hook_dir)
     if e2e is not None:

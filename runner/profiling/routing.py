@@ -1,6 +1,6 @@
 """The routing side of `skill-run e2e`, inside the user's workload process.
 
-The start-up hook (runner/profile_hook/sitecustomize.py) calls :func:`install` when the parent set
+The start-up hook (runner/profiling/hook/sitecustomize.py) calls :func:`install` when the parent set
 SKILLRUN_E2E_SPEC. Both arms run under the same machinery, so its Python cost is in both:
 
 - arm A (as-is): a TorchDispatchMode watches the planned families' aten ops and counts the calls

@@ -2,7 +2,7 @@
 # The single H200 call for issue 7 (fp8 rowwise batched GEMM + a16wi4 MoE): baseline workload
 # traces, then each family's config sweep and side-by-side table. Every step has its own time
 # limit so a slow step cannot starve the others; results are written to $OUT as they come.
-#   GIT_COMMIT=<sha> bash benchmarks/device_issue7.sh
+#   GIT_COMMIT=<sha> bash benchmarks/device_sweep_rowwise_and_moe_sm90.sh
 set -o pipefail
 source .ci/device-env.sh
 OUT=${OUT:-/tmp/out}
@@ -15,9 +15,9 @@ LOG="$OUT/env_and_traces.txt"
 } >> "$LOG" 2>&1
 
 # 1. Baseline traces through the runner's own profile step (torch.profiler, record_shapes, CUDA).
-timeout 45 python3 -m skillrun.profile_run --out "$OUT/fp8_rowwise_batched_baseline.trace.json.gz" --steps 2:5 -- \
+timeout 45 python3 -m skillrun.profiling.run --out "$OUT/fp8_rowwise_batched_baseline.trace.json.gz" --steps 2:5 -- \
   python3 benchmarks/workloads/fp8_rowwise_batched_workload.py >> "$LOG" 2>&1
-timeout 45 python3 -m skillrun.profile_run --out "$OUT/moe_a16wi4_baseline.trace.json.gz" --steps 2:5 -- \
+timeout 45 python3 -m skillrun.profiling.run --out "$OUT/moe_a16wi4_baseline.trace.json.gz" --steps 2:5 -- \
   python3 benchmarks/workloads/moe_a16wi4_workload.py >> "$LOG" 2>&1
 python3 benchmarks/trace_top_kernels.py "$OUT"/*.trace.json.gz --top 12 2>&1 | tee -a "$LOG"
 ls -la "$OUT" >> "$LOG"

@@ -1,4 +1,8 @@
-"""`skill-run lint`: every card, fact and validation artifact checked; each error names file, field, reason."""
+"""`skill-run lint`: every card, fact and validation artifact checked; each error names file, field, reason.
+
+A stage above the loader: :func:`check_cards` takes the cards lint refuses out of a loaded index
+(``api.load_index`` runs it before anything matches).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,7 +10,7 @@ from pathlib import Path
 
 from skillrun.errors import SkillRunError
 from skillrun.kb import expr
-from skillrun.kb.cards import SkillCard
+from skillrun.kb.cards import SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import check_regex, compile_card_regex
 from skillrun.kb.tunable import lint_tunable
@@ -14,7 +18,7 @@ from skillrun.models import DEVICE_KEYS, SHAPE_KEYS
 from skillrun.names import MAX_NAME_LEN
 from skillrun.refs import check_module, check_ref
 from skillrun.select import select_recipe
-from skillrun.tune.artifact import is_tuning_artifact, load_tuning_artifact
+from skillrun.tuning_artifact import is_tuning_artifact, load_tuning_artifact
 
 __all__ = ["LintReport", "check_regex", "lint", "lint_card"]
 
@@ -140,8 +144,6 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
         for i, name in enumerate(tests.get("must_not_match", [])):
             if rx.search(name[:MAX_NAME_LEN]):
                 _err(errors, card, f"tests.must_not_match.{i}", f"{name[:120]!r} matches /{regex}/ but must not")
-    from skillrun.plan import problem_keys
-
     keys = problem_keys(card)
     for i, case in enumerate(tests.get("selects", [])):
         shape = case["shape"]
@@ -168,6 +170,22 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
             _err(errors, card, f"validation.artifacts.{i}", f"artifact {art!r} does not exist")
     errors += lint_tunable(card)
     return errors
+
+
+def check_cards(index: SkillIndex) -> SkillIndex:
+    """Lint every usable card of ``index``; one with any lint error leaves ``skills`` (reported, not used).
+
+    Matching must never run on a card lint refuses (a regex RE2 rejects, a predicate past the
+    bounds, a kernel reference that does not exist), and must never drop it silently either.
+    (Whether the evidence files a card lists exist is :func:`lint`'s business alone: see lint_card.)
+    """
+    for cid, card in list(index.skills.items()):
+        errs = lint_card(card, index, evidence=False)
+        if errs:
+            del index.skills[cid]
+            index.reject(card.path, errs)
+    index.checked = True
+    return index
 
 
 def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
@@ -198,8 +216,7 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
             rep.errors.append(SkillRunError(e.error or "not a validation artifact", path=str(e.abs_path)))
         # A card may cite an older run (as history), but should also cite the run that replaced it.
         # A warning, not an error: a new run (skill-run check, run) supersedes cited ones by design.
-        from skillrun.kb.claims import refuted_claims
-        from skillrun.plan import problem_keys
+        from skillrun.claims import refuted_claims
 
         for card in index.skills.values():
             cited = [str(a) for a in card.data.get("validation", {}).get("artifacts", []) or []]

@@ -15,6 +15,9 @@ Under `skill-run e2e` step() also times each step. Outside those commands every 
 nothing (one dict lookup), so the markers can stay in production code. This module imports nothing beyond the standard library: the child
 interpreter may lack skillrun's dependencies, and the profiling hook loads a copy of this file
 when skillrun itself is not installed there.
+
+The rest of profiling sits beside it: run.py runs a workload under a profiler (`skill-run profile`),
+hook/ is the start-up hook injected into the workload, routing.py is `skill-run e2e`'s workload side.
 """
 from __future__ import annotations
 
@@ -22,12 +25,12 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-# The profiling hook (runner/profile_hook/sitecustomize.py) registers its controller under this
+# The profiling hook (runner/profiling/hook/sitecustomize.py) registers its controller under this
 # name in sys.modules; a key there is visible to every import path without importing anything.
 CONTROLLER_KEY = "_skillrun_profile_controller"
 
 
-# `skill-run e2e` registers its routing controller under this name (runner/e2e/child.py).
+# `skill-run e2e` registers its routing controller under this name (runner/profiling/routing.py).
 E2E_KEY = "_skillrun_e2e_controller"
 
 

@@ -2,7 +2,7 @@
 
     profile_workload(["python", "bench.py"], Path("trace.json"), steps="5:8", region=False, tool="torch")
 
-`tool="torch"` injects torch.profiler through a start-up hook (runner/profile_hook/sitecustomize.py)
+`tool="torch"` injects torch.profiler through a start-up hook (runner/profiling/hook/sitecustomize.py)
 so the user's script is never edited; `rocprofv3` and `nsys` wrap the command with the vendor tool
 and copy its kernel-trace output to `out`. Every failure is a SkillRunError saying what happened
 to the workload and whether a trace exists.
@@ -135,10 +135,10 @@ def _run_torch(cmd: list[str], out: Path, window, region: bool, activities: str,
 
 
 def _install_hook(hook_dir: Path) -> None:
-    hook_pkg = resources.files("skillrun.profile_hook")
+    hook_pkg = resources.files("skillrun.profiling.hook")
     (hook_dir / "sitecustomize.py").write_text(hook_pkg.joinpath("sitecustomize.py").read_text())
     # A copy of the markers, loaded by the hook only where skillrun is not installed in the child.
-    (hook_dir / "skillrun_profiling.py").write_text(resources.files("skillrun").joinpath("profiling.py").read_text())
+    (hook_dir / "skillrun_profiling.py").write_text(resources.files("skillrun.profiling").joinpath("__init__.py").read_text())
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -305,7 +305,7 @@ def _run_nsys(exe: str, cmd: list[str], out: Path, env: dict[str, str], stdout: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m skillrun.profile_run [--out F] [--steps a:b] [--region] [--tool T] -- CMD…`
+    """`python -m skillrun.profiling.run [--out F] [--steps a:b] [--region] [--tool T] -- CMD…`
 
     The same run as `skill-run profile --no-analyze`, with the standard library only, for machines
     where the CLI's dependencies (pydantic, jsonschema, ijson) are not installed, such as a bare
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m skillrun.profile_run", description=main.__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m skillrun.profiling.run", description=main.__doc__.splitlines()[0])
     ap.add_argument("--out", "-o", type=Path, default=None)
     ap.add_argument("--steps", default=None)
     ap.add_argument("--region", action="store_true")
