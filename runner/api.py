@@ -131,6 +131,23 @@ def evidence(index: SkillIndex, paths: list[str | Path] | None = None) -> "Evide
     return build_index(index, [Path(p) for p in paths] if paths else None)
 
 
+def list_cards(index: SkillIndex) -> list[dict[str, Any]]:
+    """One row per card for `skill-run list`, the agent's list_skills and MCP: the validation status
+    is what the card declares unless its evidence contradicts it (skillrun.evidence.card_status)."""
+    from skillrun.evidence import card_status
+
+    ev = _kb_evidence(index)
+    rows = []
+    for c in index.skills.values():
+        declared = str(c.data.get("validation", {}).get("status") or "unvalidated")
+        status, why = card_status(c.id, declared, ev)
+        rows.append({"id": c.id, "title": c.data.get("title"), "gens": list(c.gens), "operator": c.match.get("operator"),
+                     "from_backend": c.match.get("from_backend"), "to_backend": c.match.get("to_backend"),
+                     "recipes": [r.name for r in c.recipes], "validation": status, "validation_declared": declared,
+                     "validation_note": why or None})
+    return rows
+
+
 def lint_kb(index: SkillIndex) -> LintReport:
     return lint(index)
 

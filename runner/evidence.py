@@ -17,7 +17,7 @@ stale flag) and does not make the artifact stale. One function, :func:`staleness
 
 Every reader of artifacts (report, plan, agent tools, lint) goes through :func:`summarize`, so a
 verdict, its text and its A/A noise are derived in exactly one place. Artifacts with the
-per-reference ``references`` block (written since issue 11) are read from it; older ones from
+per-reference ``references`` block (written since cards name their production kernels) are read from it; older ones from
 ``parity``/``timing``/``speedup``.
 """
 from __future__ import annotations
@@ -101,6 +101,18 @@ class RefView:
     speed: str  # faster | slower | within_noise | not_timed
     error: Optional[str] = None
 
+    @property
+    def parity_kind(self) -> str:
+        """passes | fails | expected_miss | unsupported | ...: a key of skillrun.verdict.REF_PARITY_WORDS."""
+        from skillrun.verdict import ref_parity_kind
+
+        return ref_parity_kind(self.status, self.parity_passed, self.production)
+
+    @property
+    def fails_unexpectedly(self) -> bool:
+        """A failure a reviewer must see: a production reference off the oracle, or any reference error."""
+        return self.parity_kind in ("fails", "error")
+
 
 @dataclass
 class Summary:
@@ -122,6 +134,10 @@ class Summary:
     port_rel_fro: Optional[float]
     port_ms: Optional[float]
     refs: list[RefView] = field(default_factory=list)
+    # The verdict as written in the artifact when it differs from ``verdict`` (see verdict.reconcile).
+    recorded_verdict: Optional[str] = None
+    # The card's production kernels today (empty when the card names none or was not consulted).
+    production_names: list[str] = field(default_factory=list)
 
     @property
     def failing_references(self) -> list[RefView]:
@@ -134,7 +150,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return asdict(self)
+        # "—" and "unknown" are what a table shows for a missing value; JSON says null.
+        return {k: (None if v in ("—", "unknown", "") else v) if isinstance(v, str) else v for k, v in asdict(self).items()}
 
 
 def speed_axis(speedup: Optional[float], noise_pct: Optional[float]) -> str:
@@ -162,7 +179,7 @@ def _legacy_noise(t: dict[str, Any]) -> Optional[float]:
     return _f(t.get("aa_noise_pct"))
 
 
-def _legacy_refs(rec: dict[str, Any], noise: Optional[float]) -> list[RefView]:
+def _legacy_refs(rec: dict[str, Any], noise: Optional[float], production: Optional[frozenset] = None) -> list[RefView]:
     par = rec.get("parity") or {}
     t = rec.get("timing") or {}
     port_ms = _f((t.get("port_ms") or {}).get("median"))
@@ -171,9 +188,11 @@ def _legacy_refs(rec: dict[str, Any], noise: Optional[float]) -> list[RefView]:
     if base is not None or t.get("baseline_ms"):
         kernel = (base or {}).get("kernel") or ""
         name = kernel.split(":")[-1].removeprefix("build_") if kernel else "baseline"
-        slots.append((name, "baseline", True, base, t.get("baseline_ms")))
+        # Before cards named their production kernels the baseline was taken to be one; with the
+        # card's list at hand, only the names on it are (a per-batch loop baseline is not).
+        slots.append((name, "baseline", True if production is None else name in production, base, t.get("baseline_ms")))
     for name, p in (par.get("alternatives") or {}).items():
-        slots.append((name, "alternative", False, p, (t.get("alternatives_ms") or {}).get(name)))
+        slots.append((name, "alternative", bool(production and name in production), p, (t.get("alternatives_ms") or {}).get(name)))
     out = []
     for name, role, prod, p, st in slots:
         p = p or {}
@@ -193,8 +212,14 @@ def _legacy_refs(rec: dict[str, Any], noise: Optional[float]) -> list[RefView]:
     return out
 
 
-def summarize(rec: dict[str, Any]) -> Summary:
-    """The reviewer's view of one artifact; new ``references`` block first, old fields otherwise."""
+def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -> Summary:
+    """The reviewer's view of one artifact; new ``references`` block first, old fields otherwise.
+
+    ``production``: the card's ``references.production`` names today. Artifacts with a
+    ``references`` block recorded which slot was production at run time; older ones did not, and
+    are read against this list (without it, their baseline is taken to be production).
+    """
+    prod_set = frozenset(str(n) for n in production) if production else None
     t = rec.get("timing") or {}
     runner = rec.get("runner") or {}
     dev = rec.get("device") or {}
@@ -226,7 +251,7 @@ def summarize(rec: dict[str, Any]) -> Summary:
             noise = _legacy_noise(t)
     else:
         noise = _legacy_noise(t)
-        refs = _legacy_refs(rec, noise)
+        refs = _legacy_refs(rec, noise, prod_set)
     speedup = _f(rec.get("speedup"))
     versus_text = str(t.get("versus") or "")
     versus = None
@@ -241,14 +266,26 @@ def summarize(rec: dict[str, Any]) -> Summary:
     text = rec.get("verdict_text") or rec.get("reason") or ""
     if versus is not None and prod is not None and not versus_production and prod.name not in text:
         text += f" [not against the production reference {prod.name}]"
+    elif versus is not None and prod is None and prod_set:
+        text += f" [no production kernel was measured ({', '.join(sorted(prod_set))})]"
+    from skillrun.verdict import reconcile
+
+    speed = speed_axis(speedup, noise)
+    recorded = verdict
+    if rec.get("mode") == "gpu_measured":
+        verdict = reconcile(recorded, speed)
+    if verdict != recorded:
+        text = (f"{text} [recorded as {recorded!r}; the ratio read against the A/A noise floor "
+                f"({noise:.2f}%) is {speed.replace('_', ' ')}]" if noise is not None else text)
     return Summary(
         verdict=verdict, verdict_text=str(text), mode=str(rec.get("mode") or "—"),
         device=str(dev.get("name") or "—"), device_class=device_class(rec), created=str(rec.get("created") or ""),
         commit=str(runner.get("git_revision") or "unknown")[:12], dirty=bool(runner.get("dirty")),
         timing_mode=timing_mode, noise_pct=round(noise, 4) if noise is not None else None, speedup=speedup,
-        versus=versus, versus_production=versus_production, speed=speed_axis(speedup, noise),
+        versus=versus, versus_production=versus_production, speed=speed,
         port_parity=port.get("passed") if port else None, port_rel_fro=_f(port.get("rel_fro")), port_ms=port_ms,
-        refs=refs)
+        refs=refs, recorded_verdict=recorded if recorded != verdict else None,
+        production_names=sorted(prod_set or ()))
 
 
 # ------------------------------------------------------------------------------------ entries
@@ -455,6 +492,15 @@ def _files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
+def _production_names(index: Any, card_id: str) -> Optional[list[str]]:
+    """The card's ``references.production`` list today (None without an index or such a list)."""
+    card = index.skills.get(card_id) if index is not None else None
+    if card is None:
+        return None
+    names = (card.references or {}).get("production")
+    return [str(n) for n in names] if names else None
+
+
 def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Path | None = None,
                 records: Iterable[dict[str, Any]] | None = None) -> EvidenceIndex:
     """Index artifacts from files/folders (default ``<kb>/validation``) or already-loaded records.
@@ -505,7 +551,7 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
             stale_cache[ck] = staleness(rec, index, ev.root)
         reasons, edited = stale_cache[ck]
         ev.entries.append(Entry(path=rel, abs_path=f if f.is_absolute() else ev.root / f, record=rec,
-                                summary=summarize(rec), key=key, created=parse_created(rec.get("created")),
+                                summary=summarize(rec, _production_names(index, card_id)), key=key, created=parse_created(rec.get("created")),
                                 stale=bool(reasons), stale_reasons=list(reasons), card_edited=edited))
     for lst in ev.groups.values():
         head, older = lst[0], lst[1:]
@@ -515,3 +561,16 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
             e.status = "superseded"
             e.superseded_by = head.path
     return ev
+
+
+def card_status(card_id: str, declared: str, ev: Optional[EvidenceIndex]) -> tuple[str, str]:
+    """(status, why) of one card for `skill-run list`: what the card declares, unless its evidence
+    contradicts it. A card that claims validation while every current GPU artifact of it is stale
+    reads ``stale``: those runs measured kernel code or a recipe that no longer exists."""
+    if ev is None or declared not in ("validated", "partially_validated"):
+        return declared, ""
+    gpu = [e for e in ev.current_entries() if e.card == card_id and e.key[4] == "gpu_measured"]
+    if gpu and all(e.stale for e in gpu):
+        return "stale", f"the card says {declared}, but all {len(gpu)} current GPU artifact(s) are stale"
+    fresh = [e for e in gpu if not e.stale]
+    return declared, (f"{len(fresh)} current GPU artifact(s), {len(gpu) - len(fresh)} stale" if gpu else "")

@@ -28,13 +28,20 @@ __all__ = ["LintReport", "check_regex", "lint", "lint_card"]
 class LintReport:
     errors: list[SkillRunError] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
+    # Things a maintainer should fix that do not make a card unsafe to use: a citation of a
+    # superseded run, a claimed ratio the current evidence refutes. They never fail lint, so
+    # writing new evidence (skill-run check, run) can never turn a clean knowledge base red.
+    warnings: list[SkillRunError] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "checked": self.checked, "errors": [{"path": e.path, "field": e.field, "reason": e.reason} for e in self.errors]}
+        def rows(xs):
+            return [{"path": e.path, "field": e.field, "reason": e.reason} for e in xs]
+
+        return {"ok": self.ok, "checked": self.checked, "errors": rows(self.errors), "warnings": rows(self.warnings)}
 
 
 # A plausible large GEMM; device keys come from the card's first generation's fact card.
@@ -209,14 +216,20 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
         n_art += len(ev.entries)
         for e in ev.invalid_entries():
             rep.errors.append(SkillRunError(e.error or "not a validation artifact", path=str(e.abs_path)))
-        # A card may cite an older run (as history), but never without the run that replaced it.
+        # A card may cite an older run (as history), but should also cite the run that replaced it.
+        # A warning, not an error: a new run (skill-run check, run) supersedes cited ones by design.
+        from skillrun.claims import refuted_claims
+
         for card in index.skills.values():
             cited = [str(a) for a in card.data.get("validation", {}).get("artifacts", []) or []]
             for i, art in enumerate(cited):
                 e = ev.find(index.root / art) if art.startswith("validation/") else None
                 if e is not None and e.status == "superseded" and e.superseded_by not in cited:
-                    _err(rep.errors, card, f"validation.artifacts.{i}",
-                         f"cites {art}, which is superseded by {e.superseded_by}; cite the current one too")
+                    _err(rep.warnings, card, f"validation.artifacts.{i}",
+                         f"cites {art}, which is superseded by {e.superseded_by}: add `- {e.superseded_by}` "
+                         f"to validation.artifacts (keep the older one as history if it is still quoted)")
+            for r in refuted_claims(card, ev, problem_keys(card)):
+                _err(rep.warnings, card, r.field, r.reason)
     rep.checked = {"skills": max(index.card_files, len(index.skills)), "facts": max(index.fact_files, len(index.facts)),
                    "artifacts": n_art}
     return rep

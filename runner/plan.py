@@ -246,6 +246,7 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
     import json
 
     from skillrun.termtext import safe as x  # controls and markup escaped (card and trace text)
+    from skillrun.verdict import speed_style
 
     shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
     lines = [f"[bold][{i}][/] {x(it.skill_id)}  {x(shape)}  [dim]({x(it.shape_provenance)}, {it.pct_gpu:.2f}% of GPU time)[/]"]
@@ -264,7 +265,9 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
         if it.expected_source == "measured" and it.evidence:
             ev = it.evidence
             noise = f"A/A noise {ev['noise_pct']:.2f}%" if ev.get("noise_pct") is not None else "no A/A noise"
-            lines.append(f"    expected [bold]{it.expected_speedup:.3f}×[/] [green]measured[/] on {x(ev['device'])} vs {x(str(ev['versus']))}"
+            # Coloured by what the ratio means (faster green, slower amber, within noise plain), never by where it came from.
+            style = " ".join(("bold", speed_style(ev.get("speed") or "not_timed"))).strip()
+            lines.append(f"    expected [{style}]{it.expected_speedup:.3f}×[/] measured on {x(ev['device'])} vs {x(str(ev['versus']))}"
                          f" ({noise}, {x(ev['speed'].replace('_', ' '))}; {x(str(ev.get('timing_mode') or ''))}, commit {x(ev['commit'])})"
                          f" → projected end-to-end gain f·(1−1/s) = {gain}")
             lines.append(f"    evidence: {x(ev['path'])} ({x(ev['age'])}, shape {x(_shape_words(ev['shape'], tuple(ev['shape'])))})")
@@ -305,3 +308,31 @@ def _coverage_markup(plan: Plan) -> list[str]:
 
     lines = coverage_lines(plan.coverage)
     return [f"[bold]{escape(plain(ln))}[/]" if i == 0 else escape(plain(ln)) for i, ln in enumerate(lines)]
+
+
+def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
+    """The one line that answers `skill-run --profile` / `plan`, printed first (rich markup): what
+    matched, its share of GPU time, the projected gain (coloured by meaning) and what to do next."""
+    from skillrun.termtext import safe as x
+
+    if not plan.items:
+        return (f"[bold]Answer:[/] no skill card matches a hot kernel of this profile; "
+                f"`skill-run match {x(trace)}` shows each card's criteria and near misses")
+    share = sum(it.pct_gpu for it in plan.items)
+    measured = sum(it.expected_source == "measured" for it in plan.items)
+    gain = plan.projected_gain_pct
+    if gain is None:
+        gain_text = "projected gain unknown (no expected speedup)"
+    else:
+        style = "green" if gain > 0.005 else ("yellow" if gain < -0.005 else "")
+        words = f"projected end-to-end gain {gain:+.2f}% of GPU time"
+        gain_text = f"[{style}]{words}[/]" if style else words
+    todo = [it for it in plan.items if it.next_command]
+    if todo:
+        nxt = f"next: measure the {len(todo)} unmeasured item(s) on a GPU (`{x(todo[0].next_command)}`" + (", …)" if len(todo) > 1 else ")")
+    elif gain is not None and gain <= 0.005:
+        nxt = "next: keep the production kernels (the measured ports are not faster here)"
+    else:
+        nxt = "next: adopt the ports of the items with a gain, or confirm end to end with `skill-run e2e`"
+    return (f"[bold]Answer:[/] {matched_cards} card(s) match {share:.1f}% of GPU time in {len(plan.items)} shape(s); "
+            f"{gain_text} ({measured} measured, {len(plan.items) - measured} card prior); {nxt}")

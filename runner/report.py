@@ -20,6 +20,7 @@ bars, one label per row, so labels cannot collide). Every string from an artifac
 from __future__ import annotations
 
 import html
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
@@ -27,18 +28,13 @@ from typing import Any, Iterable
 from skillrun.errors import InputError, SkillRunError
 from skillrun.evidence import Entry, EvidenceIndex, Summary, build_index, summarize
 
-VERDICT_STYLE = {
-    "validated": "bold green", "slower": "yellow", "parity_failed": "bold red", "error": "bold red",
-    "compile_failed": "red", "compile_verified": "cyan", "cpu_numerics_passed": "cyan", "skipped": "dim",
-    "invalid": "bold magenta",
-}
-VERDICT_COLOR = {
-    "validated": "#1a7f37", "slower": "#9a6700", "parity_failed": "#cf222e", "error": "#cf222e",
-    "compile_failed": "#cf222e", "compile_verified": "#0969da", "cpu_numerics_passed": "#0969da", "skipped": "#6e7781",
-    "invalid": "#8250df",
-}
-SPEED_COLOR = {"faster": "#1a7f37", "within_noise": "#6e7781", "slower": "#bf8700", "not_timed": "#8c959f"}
-SPEED_WORD = {"faster": "faster", "within_noise": "within noise", "slower": "slower", "not_timed": "not timed"}
+from skillrun.verdict import REF_PARITY_WORDS, SPEED_TONE, SPEED_WORDS, TONE_COLOR, VERDICTS, speed_style, verdict_style
+
+# Colours come from the tone of each word in skillrun.verdict, the one vocabulary.
+VERDICT_STYLE = {v: verdict_style(v) for v in VERDICTS}
+VERDICT_COLOR = {v: TONE_COLOR[tone] for v, (tone, _) in VERDICTS.items()}
+SPEED_COLOR = {k: TONE_COLOR[t] for k, t in SPEED_TONE.items()}
+SPEED_WORD = SPEED_WORDS
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -148,14 +144,71 @@ def _row(rec: dict[str, Any]) -> list[str]:
         _num((t.get("port_ms") or {}).get("median")),
         _num(ref_ms),
         speedup_text(rec),
+        _vs_production(s),
         noise_text(s),
         (_num(rec.get("pct_of_peak"), 3) + "%") if rec.get("pct_of_peak") is not None else "—",
-        rec.get("verdict", "—"),
+        s.verdict,  # the vocabulary's word (summarize), the same as `report`
     ]
 
 
+def _vs_production(s: Summary) -> str:
+    """Is the speedup against the production kernel? One cell of the per-run table."""
+    if s.speedup is None:
+        return "—"
+    if s.versus_production:
+        return "yes"
+    prod = s.production_ref
+    return f"no ({prod.name} {REF_PARITY_WORDS[prod.parity_kind][0]})" if prod else "no production kernel measured"
+
+
 COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro)", "port ms", "ref ms",
-           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]
+           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]  # _row gives one value per column
+
+
+def results_answer(records: list[dict[str, Any]]) -> str:
+    """The one line that answers `run` / `--run` (rich markup), before the table: how many ran, each
+    verdict counted and coloured by its tone, the best and worst timed ratio."""
+    from collections import Counter
+
+    from skillrun.termtext import safe as x
+    from skillrun.verdict import verdict_style
+
+    if not records:
+        return "[bold]Answer:[/] nothing ran (the plan has no runnable item)"
+    counts = Counter(str(r.get("verdict") or "—") for r in records)
+    words = []
+    for v, n in counts.most_common():
+        style = verdict_style(v)
+        words.append(f"[{style}]{n} {x(v)}[/]" if style else f"{n} {x(v)}")
+    timed = [(r.get("speedup"), (r.get("card") or {}).get("id")) for r in records
+             if isinstance(r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
+    extra = ""
+    if timed:
+        lo, hi = min(timed, key=lambda t: t[0]), max(timed, key=lambda t: t[0])
+        extra = f"; speedups {lo[0]:.3f}× to {hi[0]:.3f}× against the reference each row names"
+    written = sum(1 for r in records if r.get("artifact"))
+    return (f"[bold]Answer:[/] {len(records)} run(s): " + ", ".join(words) + extra
+            + (f"; {written} artifact(s) written" if written else ""))
+
+
+def evidence_answer(ev: EvidenceIndex) -> str:
+    """The one line that answers `skill-run report` (rich markup): the current GPU verdicts counted
+    and coloured by tone, how many are stale, and how much is compile-only or CPU."""
+    from collections import Counter
+
+    from skillrun.verdict import verdict_style
+
+    cur = ev.current_entries()
+    gpu = [e for e in cur if e.key[4] == "gpu_measured"]
+    counts = Counter(e.summary.verdict for e in gpu if not e.stale)
+    words = []
+    for v, n in counts.most_common():
+        style = verdict_style(v)
+        words.append(f"[{style}]{n} {html.escape(v)}[/]" if style else f"{n} {v}")
+    stale = sum(e.stale for e in gpu)
+    head = (f"{len(gpu)} current GPU measurement(s): " + (", ".join(words) or "none fresh")
+            + (f"; {stale} stale (kernel or recipe changed since: re-run them)" if stale else ""))
+    return f"[bold]Answer:[/] {head}; {len(cur) - len(gpu)} compile-only or CPU row(s)"
 
 
 def report_table(records: list[dict[str, Any]]):
@@ -182,12 +235,10 @@ def report_table(records: list[dict[str, Any]]):
 
 # ---------------------------------------------------------------------------------------- summary rows
 def _ref_parity(r) -> str:
-    if r.status in ("unsupported", "unavailable", "not_run"):
-        return f"{r.name} {r.status}"
-    if r.status == "error":
-        return f"{r.name} error"
-    mark = "ok" if r.parity_passed else ("FAIL" if r.parity_passed is False else "?")
-    return f"{r.name} {mark}" + (f" {_num(r.rel_fro, 2)}" if r.rel_fro is not None else "")
+    kind = r.parity_kind
+    word = REF_PARITY_WORDS[kind][0]
+    shown = kind in ("passes", "fails", "expected_miss") and r.rel_fro is not None
+    return f"{r.name} {word}" + (f" {_num(r.rel_fro, 2)}" if shown else "")
 
 
 def summary_row(e: Entry) -> dict[str, Any]:
@@ -203,6 +254,8 @@ def summary_row(e: Entry) -> dict[str, Any]:
         speed = f"{s.speedup:.3f}× vs {s.versus}"
         if not s.versus_production and prod is not None:
             speed += f" (not the production {prod.name})"
+        elif not s.versus_production and s.production_names:
+            speed += " (not a production kernel)"
         speed_sub = f"A/A noise {noise_text(s)} · {SPEED_WORD[s.speed]}"
     elif s.mode == "gpu_measured":
         speed = "no speedup"
@@ -216,8 +269,7 @@ def summary_row(e: Entry) -> dict[str, Any]:
     evidence = ["STALE" if e.stale else "current"]
     if e.superseded:
         evidence.append(f"{len(e.superseded)} superseded")
-    if e.card_edited and not e.stale:
-        evidence.append("card edited")
+    # An edit to the card's prose is not news on every row (it is in --json as card_edited).
     return {
         "entry": e,
         "card": e.card,
@@ -229,10 +281,13 @@ def summary_row(e: Entry) -> dict[str, Any]:
         "speed": speed,
         "speed_sub": speed_sub,
         "speed_axis": s.speed,
+        "throughput": throughput_text(rec) if s.mode == "gpu_measured" else "",
         "port_parity": port,
         "port_failed": s.port_parity is False,
-        "ref_parity": [(_ref_parity(r), r.parity_passed is False or r.status == "error", r.production) for r in s.refs],
-        "failing_baseline": any(r.role == "baseline" and (r.parity_passed is False or r.status == "error") for r in s.refs),
+        # (text, failed, production): failed only for what a reviewer must look at (a production
+        # reference off the oracle, an error), not for an alternative expected to miss the oracle.
+        "ref_parity": [(_ref_parity(r), r.fails_unexpectedly, r.production) for r in s.refs],
+        "failing_baseline": any(r.role == "baseline" and r.fails_unexpectedly for r in s.refs),
         "timing_mode": s.timing_mode or "—",
         "commit": s.commit + (" (dirty)" if s.dirty else ""),
         "date": s.created[:16].replace("T", " "),
@@ -280,16 +335,16 @@ def summary_table(ev: EvidenceIndex):
         verdict = Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))
         vt = row["verdict_text"].strip()
         # The speedup cell already says faster/slower/within noise; the text matters when nothing was compared.
-        if vt and row["verdict"] not in ("validated", "slower", "compile_verified"):
+        if vt and row["verdict"] not in ("validated", "slower", "within_noise", "compile_verified"):
             verdict.append("\n" + vt[:100] + ("…" if len(vt) > 100 else ""), style="dim")
         parity = Text("port " + row["port_parity"], style="bold red" if row["port_failed"] else "")
         for text, failed, prod in row["ref_parity"]:
-            parity.append("\n" + text + (" (prod.)" if prod else ""), style="bold red" if failed else "")
+            parity.append("\n" + text + (" (production)" if prod else ""), style="bold red" if failed else ("" if prod or "expected" not in text else "dim"))
         evidence = Text(" · ".join(row["evidence"]), style="bold red" if row["entry"].stale else "")
         for r in row["stale_reasons"][:1]:
             evidence.append("\n" + r[:70] + ("…" if len(r) > 70 else ""), style="dim")
-        table.add_row("  " + row["shape_class"], row["shape"], row["device"], verdict,
-                      Text(row["speed"] + "\n") + Text(row["speed_sub"], style="dim"), parity,
+        speed = Text(row["speed"] + "\n", style=speed_style(row["speed_axis"])) + Text(row["speed_sub"], style="dim")
+        table.add_row("  " + row["shape_class"], row["shape"], row["device"], verdict, speed, parity,
                       f"{row['commit']} {row['date']}\n{row['timing_mode']}", evidence)
     return table
 
@@ -435,23 +490,38 @@ def hbar_svg(title: str, rows: list[dict[str, Any]], unit: str, ref_line: float 
     return "".join(out)
 
 
+def _common_shape(entries: list[Entry]) -> dict[str, Any]:
+    """The shape keys with the same value in every entry (said once, in a chart's title)."""
+    if not entries:
+        return {}
+    first = entries[0].shape
+    return {k: v for k, v in first.items() if all(e.shape.get(k) == v for e in entries[1:])} if len(entries) > 1 else {}
+
+
 def speedup_svg(card_id: str, entries: list[Entry]) -> str | None:
     """Current GPU speedups of one card, one bar per shape; whiskers: ± the A/A noise the verdict used."""
     rows = []
-    for e in entries:
+    timed = [e for e in entries if e.summary.speedup is not None]
+    # Labels carry only the dimensions that differ, so a long MoE shape does not shrink the chart
+    # (and its text) to an unreadable size on a narrow screen; the rest is said once in the title.
+    common = _common_shape(timed)
+    for e in timed:
         s = e.summary
-        if s.speedup is None:
-            continue
         n = (s.noise_pct or 0.0) / 100.0
         # Recipe and shape: two shape classes can share a shape (an untuned run and a tuned one).
-        label = e.recipe + ": " + " ".join(f"{k}={v}" for k, v in e.shape.items())
+        label = e.recipe + ": " + (" ".join(f"{k}={v}" for k, v in e.shape.items() if k not in common) or "same shape")
         rows.append({"label": label, "value": s.speedup, "lo": s.speedup * (1 - n), "hi": s.speedup * (1 + n),
                      "color": SPEED_COLOR[s.speed], "opacity": 0.35 if e.stale else 1.0,
                      "text": f"{s.speedup:.3f}× {SPEED_WORD[s.speed]}" + (" (stale)" if e.stale else ""),
                      "tip": f"{e.recipe}: {s.speedup:.3f}× vs {s.versus}, A/A noise {noise_text(s)}"})
     if not rows:
         return None
-    return hbar_svg(f"{card_id}: speedup per shape (reference ms / port ms)", rows, "speedup ×", 1.0, "1× = reference")
+    chart = hbar_svg("speedup per shape (reference ms / port ms)", rows, "speedup ×", 1.0, "1× = reference")
+    if not common:
+        return chart
+    # Said as HTML beside the chart (it wraps on a narrow screen; text inside an SVG cannot).
+    return (f"<p class='muted'>{html.escape(card_id)}: every shape below has "
+            + html.escape(" ".join(f"{k}={v}" for k, v in common.items())) + "</p>" + chart)
 
 
 def timing_svg(rec: dict[str, Any]) -> str | None:
@@ -475,21 +545,86 @@ def timing_svg(rec: dict[str, Any]) -> str | None:
 
 # ---------------------------------------------------------------------------------------- HTML
 CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:16px;color:#24292f;max-width:1400px;overflow-wrap:anywhere}
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:16px;color:#24292f;max-width:1400px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #d0d7de}h3{font-size:14px;margin:18px 0 6px}
-table{border-collapse:collapse;font-size:12px;width:100%;table-layout:auto}table.summary{table-layout:fixed}
-th,td{border:1px solid #d0d7de;padding:4px 6px;vertical-align:top;text-align:left;overflow-wrap:anywhere;word-break:break-word}
-th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;font-size:12px;width:100%;table-layout:auto}
+th,td{border:1px solid #d0d7de;padding:4px 6px;vertical-align:top;text-align:left}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.card th{background:#eef2f6;font-size:13px}tr.tier th{background:#ddf4ff;font-size:12px}
 tr.stale td{background:#fff8c5}td.fail,div.fail{color:#cf222e;font-weight:600}tr.failref td.parity{background:#ffebe9}
 .v{font-weight:600;padding:1px 6px;border-radius:10px;color:#fff;display:inline-block}
-.sub,.reason{color:#57606a;font-size:11px}
+.sub,.reason{color:#57606a;font-size:11px}.n{white-space:nowrap}
 details{margin:4px 0 10px 0}summary{cursor:pointer;font-size:13px}details details{margin-left:18px}
-pre{background:#f6f8fa;padding:8px;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;font-size:12px;margin:6px 0}
+dl.meta dt{color:#57606a}dl.meta dd{margin:0}
 .muted{color:#57606a;font-size:12px}svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}
 .tag{font-size:11px;border:1px solid #d0d7de;border-radius:8px;padding:0 5px;margin-right:3px;display:inline-block}
 .tag.stale{background:#fff8c5;border-color:#d4a72c}.tag.cur{background:#dafbe1;border-color:#4ac26b}
+table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#8c959f}
+ol.legend{font-size:12px;margin:4px 0 10px 0;padding-left:26px}
 """
+
+# Sorting without a library or the network: a click on a header sorts its table's body by that
+# column (data-sort holds the number for numeric cells; text otherwise); a second click reverses.
+SORT_JS = """
+document.querySelectorAll('table.sortable').forEach(function (t) {
+  t.querySelectorAll('thead th').forEach(function (th, i) {
+    th.addEventListener('click', function () {
+      var body = t.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      var dir = th.getAttribute('data-dir') === 'asc' ? -1 : 1;
+      t.querySelectorAll('thead th').forEach(function (h) { h.removeAttribute('data-dir'); });
+      th.setAttribute('data-dir', dir === 1 ? 'asc' : 'desc');
+      function key(r) { var c = r.cells[i]; var v = c.getAttribute('data-sort'); return v === null ? c.textContent : parseFloat(v); }
+      rows.sort(function (a, b) { var x = key(a), y = key(b);
+        if (typeof x === 'number' && typeof y === 'number') return dir * (x - y);
+        return dir * String(x).localeCompare(String(y)); });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+
+
+def _brk(text: Any) -> str:
+    """Escaped text that may wrap only after ``_ / , :`` (or a dot before a letter) inside long ids and paths, never inside a
+    number or a word (the page never uses overflow-wrap:anywhere, which split ``7168`` into ``7|168``)."""
+    return _BREAK_AFTER.sub(r"\g<0><wbr>", html.escape(str(text)))
+
+
+# After _ / , : anywhere, after a dot only before a letter (a module path, never a decimal point).
+_BREAK_AFTER = re.compile(r"[_/,:]|\.(?=[A-Za-z])")
+
+
+def _readable(key: str, value: Any) -> str:
+    """One artifact field as a reader wants it: no Python reprs, paths relative to the knowledge base."""
+    from skillrun.evidence import kb_relative
+
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_readable(k, v)}" for k, v in value.items() if v is not None) or "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_readable(key, v) for v in value) or "—"
+    if isinstance(value, float):
+        return _num(value)
+    text = str(value)
+    if key in ("path", "source", "artifact") and ("/" in text or "\\" in text):
+        return kb_relative(text)
+    return text
+
+
+def throughput_text(rec: dict[str, Any], speedup: float | None = None) -> str:
+    """Absolute numbers beside a ratio: the port's TFLOP/s and TB/s, or a reference's (the same work
+    in ``speedup`` times the port's time). Empty when the artifact has none."""
+    tf, gb = rec.get("tflops"), rec.get("gbps")
+    if not isinstance(tf, (int, float)) or not isinstance(gb, (int, float)):
+        return ""
+    f = 1.0 / speedup if speedup else 1.0
+    bound = (rec.get("physical_limit") or {}).get("bound")
+    parts = [f"{tf * f:.4g} TFLOP/s", f"{gb * f / 1000:.3g} TB/s"]
+    return " · ".join(reversed(parts) if bound == "memory" else parts)
 
 
 def _badge(verdict: str) -> str:
@@ -504,9 +639,13 @@ def _details_body(rec: dict[str, Any]) -> str:
         parts.append(f"<p><b>verdict</b>: {_badge(s.verdict)} {e(s.verdict_text)}</p>")
     t = rec.get("timing") or {}
     if t:
-        parts.append(f"<p><b>timing</b>: {e(str(t.get('method')))}; rounds {e(str(t.get('rounds')))}, warm-up "
-                     f"{e(str(t.get('warmup')))}; cold L2: {e(str(t.get('cold_l2')))}; versus: {e(str(t.get('versus')))}; "
-                     f"A/A noise used by the verdict {e(noise_text(s))}</p>")
+        parts.append(f"<p><b>timing</b>: {e(_readable('method', t.get('method')))}; rounds {e(_readable('rounds', t.get('rounds')))}, "
+                     f"warm-up {e(_readable('warmup', t.get('warmup')))}; cold L2: {e(_readable('cold_l2', t.get('cold_l2')))}; "
+                     f"versus: {_brk(_readable('versus', t.get('versus')))}; A/A noise used by the verdict {e(noise_text(s))}</p>")
+        tp = throughput_text(rec)
+        if tp:
+            refs = "; ".join(f"{r.name} {throughput_text(rec, r.speedup)}" for r in s.refs if r.speedup)
+            parts.append(f"<p><b>throughput</b>: port {e(tp)}" + (f"; {e(refs)}" if refs else "") + "</p>")
     pl = rec.get("physical_limit")
     if pl:
         parts.append(f"<p><b>physical floor</b>: {_num(pl.get('floor_ms'))} ms ({e(str(pl.get('bound')))}-bound; "
@@ -523,9 +662,10 @@ def _details_body(rec: dict[str, Any]) -> str:
             [(f"alt {k}", v) for k, v in (par.get("alternatives") or {}).items()]:
         if p:
             cls = " class='fail'" if p.get("passed") is False else ""
-            rows.append(f"<tr{cls}>" + "".join(f"<td>{e(str(x))}</td>" for x in (
-                name, p.get("kernel", ""), parity_text(p), _num(p.get("max_abs_err")), _num(p.get("rel_fro")),
-                _num(p.get("cosine"), 6), p.get("mismatched", "—"), (p.get("error") or "")[:300])) + "</tr>")
+            rows.append(f"<tr{cls}>" + "".join(f"<td>{_brk(x)}</td>" for x in (
+                name, p.get("kernel", ""), parity_text(p))) + "".join(f"<td class='num'>{e(str(x))}</td>" for x in (
+                _num(p.get("max_abs_err")), _num(p.get("rel_fro")), _num(p.get("cosine"), 6), p.get("mismatched", "—")))
+                + f"<td>{_brk((p.get('error') or '')[:300])}</td></tr>")
     if rows:
         parts.append("<table><tr><th>slot</th><th>kernel</th><th>parity</th><th>max abs</th><th>rel_fro</th>"
                      "<th>cosine</th><th>mismatched</th><th>error</th></tr>" + "".join(rows) + "</table>")
@@ -542,7 +682,12 @@ def _details_body(rec: dict[str, Any]) -> str:
         parts.append("<ul>" + "".join(f"<li>{e(str(n))}</li>" for n in notes) + "</ul>")
     meta = {k: rec.get(k) for k in ("created", "command", "mode", "seeds", "tolerance", "software", "runner", "card", "recipe")
             if rec.get(k) is not None}
-    parts.append("<pre>" + e("\n".join(f"{k}: {v}" for k, v in meta.items())) + "</pre>")
+    if isinstance(meta.get("card"), dict):  # the card's sha256 is for staleness, not for a reader
+        meta["card"] = {k: v for k, v in meta["card"].items() if k != "sha256"}
+    if isinstance(meta.get("recipe"), dict):
+        meta["recipe"] = {k: v for k, v in meta["recipe"].items() if k != "kernel_source_sha256"}
+    parts.append("<dl class='meta'>" + "".join(f"<dt>{e(k)}</dt><dd>{_brk(_readable(k, v))}</dd>" for k, v in meta.items())
+                 + "</dl>")
     return "".join(parts)
 
 
@@ -550,7 +695,7 @@ def _entry_details(e: Entry) -> str:
     esc = html.escape
     tags = f"<span class='tag {'stale' if e.stale else 'cur'}'>{esc(e.label)}</span>"
     title = f"{e.recipe} — {shape_text(e.record)} — {e.summary.device_class} — {e.summary.verdict}"
-    body = [f"<p class='muted'>{esc(e.path)}</p>"]
+    body = [f"<p class='muted'>{_brk(e.path)}</p>"]
     if e.stale:
         body.append("<p class='fail'>stale: " + esc("; ".join(e.stale_reasons)) + "</p>")
     elif e.card_edited:
@@ -559,17 +704,15 @@ def _entry_details(e: Entry) -> str:
     for old in e.superseded:
         otag = f"<span class='tag'>{esc(old.label)}</span>"
         body.append(f"<details><summary>{otag}{esc(old.summary.created[:16].replace('T', ' '))} — {esc(old.summary.verdict)} "
-                    f"— {esc(old.path)}</summary><p class='muted'>superseded by {esc(str(old.superseded_by))}</p>"
+                    f"— {_brk(old.path)}</summary><p class='muted'>superseded by {_brk(old.superseded_by)}</p>"
                     f"{_details_body(old.record)}</details>")
-    return f"<details><summary>{tags}{esc(title)}</summary>{''.join(body)}</details>"
+    return f"<details><summary>{tags}{_brk(title)}</summary>{''.join(body)}</details>"
 
 
 def summary_html(ev: EvidenceIndex) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c)}</th>" for c in SUMMARY_COLUMNS)
-    # Fixed column widths: long verdict texts wrap inside their column instead of starving the others.
-    cols = "".join(f"<col style='width:{w}%'>" for w in (11, 12, 8, 21, 13, 15, 9, 11))
-    out = [f"<table id='summary' class='summary'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>"]
+    out = [f"<table id='summary' class='summary'><thead><tr>{head}</tr></thead><tbody>"]
     tier_of = {"gpu_measured": "Measured on a GPU", "cpu_numerics": "CPU numerics (no GPU timing)",
                "compile_only": "Compile-only checks on a CPU (nothing ran; no timing, no numerics)"}
     tier = card = None
@@ -581,27 +724,141 @@ def summary_html(ev: EvidenceIndex) -> str:
             out.append(f"<tr class='tier'><th colspan='{len(SUMMARY_COLUMNS)}'>{e(t)}</th></tr>")
         if row["card"] != card:
             card = row["card"]
-            out.append(f"<tr class='card'><th colspan='{len(SUMMARY_COLUMNS)}'>{e(card)}</th></tr>")
+            out.append(f"<tr class='card'><th colspan='{len(SUMMARY_COLUMNS)}'>{_brk(card)}</th></tr>")
         cls = " ".join(c for c in ("stale" if ent.stale else "", "failref" if row["failing_baseline"] else "") if c)
-        refs = "".join(f"<div class='{'fail' if failed else ''}'>{e(text)}{' (production)' if prod else ''}</div>"
+        refs = "".join(f"<div class='{'fail' if failed else ''}'>{_brk(text)}{' (production)' if prod else ''}</div>"
                        for text, failed, prod in row["ref_parity"])
         vt = row["verdict_text"]
         evid = " ".join(f"<span class='tag {'stale' if w == 'STALE' else ('cur' if w == 'current' else '')}'>{e(w)}</span>"
                         for w in row["evidence"])
         if row["stale_reasons"]:
-            evid += "<div class='sub'>" + e("; ".join(row["stale_reasons"])) + "</div>"
+            evid += "<div class='sub'>" + _brk("; ".join(row["stale_reasons"])) + "</div>"
         out.append(
             f"<tr class='{cls}' data-path='{e(row['path'])}'>"
-            f"<td>{e(row['shape_class'])}</td><td>{e(row['shape'])}</td><td>{e(row['device'])}</td>"
-            f"<td>{_badge(row['verdict'])}<div class='reason'>{e(vt[:220])}{'…' if len(vt) > 220 else ''}</div></td>"
-            f"<td><div style='color:{SPEED_COLOR[row['speed_axis']]};font-weight:600'>{e(row['speed'])}</div>"
-            f"<div class='sub'>{e(row['speed_sub'])}</div></td>"
-            f"<td class='parity'><div class='{'fail' if row['port_failed'] else ''}'>port {e(row['port_parity'])}</div>{refs}</td>"
+            f"<td>{_brk(row['shape_class'])}</td><td>{_brk(row['shape'])}</td><td>{e(row['device'])}</td>"
+            f"<td>{_badge(row['verdict'])}<div class='reason'>{_brk(vt[:220])}{'…' if len(vt) > 220 else ''}</div></td>"
+            f"<td><div style='color:{SPEED_COLOR[row['speed_axis']]};font-weight:600'>{_brk(row['speed'])}</div>"
+            f"<div class='sub'>{_brk(row['speed_sub'])}</div>"
+            + (f"<div class='sub'>{e(row['throughput'])}</div>" if row['throughput'] else "") + "</td>"
+            f"<td class='parity'><div class='{'fail' if row['port_failed'] else ''}'>port {_brk(row['port_parity'])}</div>{refs}</td>"
             f"<td>{e(row['commit'])}<div class='sub'>{e(row['date'])} · {e(row['timing_mode'])}</div>"
             f"<div class='sub'>{e(row['software'])}</div></td>"
             f"<td>{evid}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def measurements_html(ev: EvidenceIndex) -> str | None:
+    """Every current GPU measurement in one flat, sortable table (numbers carry data-sort)."""
+    ents = [x for x in ev.current_entries() if x.key[4] == "gpu_measured"]
+    if not ents:
+        return None
+    e = html.escape
+    heads = ["card", "shape class", "shape", "verdict", "speedup", "A/A noise %", "port TFLOP/s", "port TB/s",
+             "reference TFLOP/s", "% of peak"]
+
+    def num(x: Any, digits: int = 4) -> str:
+        if not isinstance(x, (int, float)):
+            return "<td class='num' data-sort='-1'>—</td>"
+        return f"<td class='num' data-sort='{float(x)!r}'>{_num(x, digits)}</td>"
+
+    rows = []
+    for x in ents:
+        s, rec = x.summary, x.record
+        tf, gb = rec.get("tflops"), rec.get("gbps")
+        ref_tf = tf / s.speedup if isinstance(tf, (int, float)) and s.speedup else None
+        rows.append("<tr>" + f"<td>{_brk(x.card)}</td><td>{_brk(x.recipe)}</td><td>{_brk(shape_text(rec))}</td>"
+                    f"<td>{_badge(s.verdict)}{'<div class=sub>stale</div>' if x.stale else ''}</td>" + num(s.speedup)
+                    + num(s.noise_pct, 3) + num(tf) + num(gb / 1000 if isinstance(gb, (int, float)) else None, 3)
+                    + num(ref_tf) + num(rec.get("pct_of_peak"), 3) + "</tr>")
+    head = "".join(f"<th>{e(h)}</th>" for h in heads)
+    return f"<table id='measurements' class='sortable'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def roofline_svg(entries: list[Entry]) -> str | None:
+    """Port and headline reference of each shape on the device's compute and bandwidth ceilings.
+
+    Log-log: x = arithmetic intensity (FLOP per byte moved, from the artifact's TFLOP/s and GB/s),
+    y = TFLOP/s. Points are numbered; the numbers are explained in a list under the chart (HTML,
+    so long shapes wrap instead of shrinking the chart).
+    """
+    import math
+
+    pts = []
+    peak_tf = peak_gb = None
+    for x in entries:
+        rec, s = x.record, x.summary
+        tf, gb = rec.get("tflops"), rec.get("gbps")
+        pl = rec.get("physical_limit") or {}
+        if not isinstance(tf, (int, float)) or not isinstance(gb, (int, float)) or tf <= 0 or gb <= 0:
+            continue
+        peak_tf = peak_tf or pl.get("peak_tflops")
+        peak_gb = peak_gb or pl.get("peak_gbps")
+        ai = tf * 1000.0 / gb  # (TFLOP/s) / (GB/s) * 1000 = FLOP per byte
+        ref = tf / s.speedup if s.speedup else None
+        pts.append((ai, tf, ref, x))
+    if not pts or not peak_tf or not peak_gb:
+        return None
+    e = html.escape
+    W, H, L, R, T, B = 560, 320, 56, 30, 30, 44
+    ridge = peak_tf * 1000.0 / peak_gb
+    xs = [p[0] for p in pts] + [ridge]
+    ys = [p[1] for p in pts] + [p[2] for p in pts if p[2]] + [peak_tf]
+    x0, x1 = 10 ** math.floor(math.log10(min(xs) / 2)), 10 ** math.ceil(math.log10(max(xs) * 2))
+    y0, y1 = 10 ** math.floor(math.log10(min(ys) / 2)), 10 ** math.ceil(math.log10(max(ys) * 1.5))
+    fx = lambda v: L + (W - L - R) * (math.log10(v) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))  # noqa: E731
+    fy = lambda v: H - B - (H - T - B) * (math.log10(v) - math.log10(y0)) / (math.log10(y1) - math.log10(y0))  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+           f'aria-label="roofline" font-family="ui-monospace,Menlo,Consolas,monospace" font-size="{_FONT}">',
+           f'<text x="4" y="15" font-size="{_FONT + 1}" font-weight="600">roofline: TFLOP/s vs FLOP per byte (log-log)</text>']
+    d = 0
+    while x0 * 10 ** d <= x1 * 1.0001:
+        v = x0 * 10 ** d
+        out.append(f'<line x1="{fx(v):.1f}" y1="{T}" x2="{fx(v):.1f}" y2="{H - B}" stroke="#eaeef2"/>'
+                   f'<text x="{fx(v):.1f}" y="{H - B + 18}" text-anchor="middle" fill="#57606a">{v:g}</text>')
+        d += 1
+    d = 0
+    while y0 * 10 ** d <= y1 * 1.0001:
+        v = y0 * 10 ** d
+        out.append(f'<line x1="{L}" y1="{fy(v):.1f}" x2="{W - R}" y2="{fy(v):.1f}" stroke="#eaeef2"/>'
+                   f'<text x="{L - 4}" y="{fy(v) + 4:.1f}" text-anchor="end" fill="#57606a">{v:g}</text>')
+        d += 1
+    out.append(f'<text x="{W - R}" y="{H - 8}" text-anchor="end" fill="#57606a">FLOP/byte</text>')
+    # The ceilings: bandwidth slope up to the ridge point, then the compute roof.
+    xa = x0
+    ya = xa * peak_gb / 1000.0
+    if ya < y0:
+        xa, ya = y0 * 1000.0 / peak_gb, y0
+    out.append(f'<path d="M{fx(xa):.1f},{fy(ya):.1f}L{fx(ridge):.1f},{fy(peak_tf):.1f}L{fx(x1):.1f},{fy(peak_tf):.1f}" '
+               f'stroke="#24292f" stroke-width="1.5" fill="none"/>')
+    out.append(f'<text x="{fx(x1) - 4:.1f}" y="{fy(peak_tf) - 6:.1f}" text-anchor="end">{peak_tf:g} TFLOP/s</text>')
+    out.append(f'<text x="{L + 4}" y="{T + 12}" fill="#57606a">slope: {peak_gb / 1000:g} TB/s</text>')
+    legend = []
+    for i, (ai, tf, ref, x) in enumerate(pts, 1):
+        s = x.summary
+        cx, cy = fx(ai), fy(tf)
+        if ref:
+            ry = fy(ref)
+            out.append(f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{cx:.1f}" y2="{ry:.1f}" stroke="#8c959f" stroke-dasharray="2 2"/>'
+                       f'<rect x="{cx - 4:.1f}" y="{ry - 4:.1f}" width="8" height="8" fill="#fff" stroke="#57606a">'
+                       f'<title>{e(f"{i}: {s.versus} {ref:.4g} TFLOP/s")}</title></rect>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{SPEED_COLOR[s.speed]}" fill-opacity="{0.35 if x.stale else 1}">'
+                   f'<title>{e(f"{i}: port {tf:.4g} TFLOP/s")}</title></circle>')
+        legend.append(f"<li>{_brk(x.recipe)} {_brk(shape_text(x.record))}: port <span class='n'>{tf:.4g} TFLOP/s</span>"
+                      + (f", {_brk(s.versus)} <span class='n'>{ref:.4g} TFLOP/s</span>" if ref else "")
+                      + f" <span class='n'>({ai:.3g} FLOP/byte)</span>" + (" (stale)" if x.stale else "") + "</li>")
+    # Point numbers sit in a column right of the plot, at their point's height, pushed apart so
+    # they never overlap (the list under the chart says what each number is), with a leader line.
+    placed: list[float] = []
+    for i, (ai, tf, _, _) in sorted(enumerate(pts, 1), key=lambda t: fy(t[1][1])):
+        y = max(fy(tf) + 4, (placed[-1] + 14) if placed else T + 10)
+        placed.append(y)
+        out.append(f'<line x1="{fx(ai) + 5:.1f}" y1="{fy(tf):.1f}" x2="{W - R + 2}" y2="{y - 4:.1f}" stroke="#d0d7de"/>'
+                   f'<text x="{W - R + 4}" y="{y:.1f}">{i}</text>')
+    out.append("</svg>")
+    return ("<div class='roofline'>" + "".join(out) + "<p class='muted'>circles: the port (colour: faster, within noise, "
+            "slower than the headline reference); squares: that reference, the same work in its measured time; "
+            "numbers at the right:</p><ol class='legend'>" + "".join(legend) + "</ol></div>")
 
 
 def render_html(ev: EvidenceIndex, title: str = "skillrun validation report") -> str:
@@ -614,35 +871,39 @@ def render_html(ev: EvidenceIndex, title: str = "skillrun validation report") ->
             "'within noise'. Stale: the kernel source or the recipe changed since the run. Compile-only rows are static facts "
             "of compiled code: nothing ran.</p>",
             "<h2>Summary</h2>", summary_html(ev)]
+    table = measurements_html(ev)
+    if table:
+        body += ["<h2>GPU measurements (sortable)</h2><p class='muted'>Click a column to sort. Absolute throughput "
+                 "is the port's; the reference's (the one the speedup is against) is the same work in its measured time.</p>", table]
     by_tier: dict[str, dict[str, list[Entry]]] = defaultdict(lambda: defaultdict(list))
     for ent in ev.current_entries():
         by_tier["gpu" if ent.key[4] == "gpu_measured" else "other"][ent.card].append(ent)
     if by_tier.get("gpu"):
         body.append("<h2>Measured on a GPU</h2>")
         for card, ents in by_tier["gpu"].items():
-            body.append(f"<h3>{e(card)}</h3>")
-            chart = speedup_svg(card, ents)
-            if chart:
-                body.append(chart)
+            body.append(f"<h3>{_brk(card)}</h3>")
+            for chart in (speedup_svg(card, ents), roofline_svg(ents)):
+                if chart:
+                    body.append(chart)
             body += [_entry_details(x) for x in ents]
     if by_tier.get("other"):
         body.append("<h2>Compile-only and CPU evidence</h2>")
         for card, ents in by_tier["other"].items():
-            body.append(f"<h3>{e(card)}</h3>")
+            body.append(f"<h3>{_brk(card)}</h3>")
             body += [_entry_details(x) for x in ents]
     rows = e2e_rows(ev)
     if rows:
         body.append("<h2>End to end (skill-run e2e)</h2><p class='muted'>The user's workload run as-is and with the ports "
                     "routed in, interleaved, with an A/A noise floor; the measured gain beside the plan's projection.</p>")
         head = "".join(f"<th>{e(h)}</th>" for _, h in E2E_COLUMNS)
-        trs = "".join("<tr>" + "".join(f"<td>{e(r[k])}</td>" for k, _ in E2E_COLUMNS) + "</tr>" for r in rows)
-        body.append(f"<table><tr>{head}</tr>{trs}</table>")
+        trs = "".join("<tr>" + "".join(f"<td>{_brk(r[k])}</td>" for k, _ in E2E_COLUMNS) + "</tr>" for r in rows)
+        body.append(f"<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>")
     bad = ev.invalid_entries()
     if bad:
-        body.append("<h2>Invalid files</h2><ul>" + "".join(f"<li>{e(b.path)}: {e(b.error or '')}</li>" for b in bad) + "</ul>")
+        body.append("<h2>Invalid files</h2><ul>" + "".join(f"<li>{_brk(b.path)}: {_brk(b.error or '')}</li>" for b in bad) + "</ul>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{e(title)}</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+            f"<title>{e(title)}</title><style>{CSS}</style></head><body>{''.join(body)}<script>{SORT_JS}</script></body></html>")
 
 
 def write_html(evidence: EvidenceIndex | list[dict[str, Any]], out: Path) -> Path:
@@ -652,9 +913,10 @@ def write_html(evidence: EvidenceIndex | list[dict[str, Any]], out: Path) -> Pat
     knowledge base (so nothing is marked stale).
     """
     ev = evidence if isinstance(evidence, EvidenceIndex) else build_index(None, records=evidence, root=Path.cwd())
-    page = render_html(ev)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():  # a typo in the folder must not create a tree somewhere unexpected
+        raise InputError("the folder for the HTML report does not exist (create it first)", path=str(out.parent))
+    page = render_html(ev)
     from skillrun.atomic import write_atomic
 
     return write_atomic(out, page)  # fresh temporary name + rename: a planted OUT.tmp link redirects nothing

@@ -254,3 +254,95 @@ def fastest_production(refs: list[RefOutcome], speeds: dict[str, RefSpeed]) -> R
     ok = [r for r in refs if r.production and r.status == "ok" and r.parity_passed is True
           and speeds[r.name].speed != "not_timed" and r.median_ms is not None]
     return min(ok, key=lambda r: r.median_ms) if ok else None
+
+
+# ------------------------------------------------------------------------------------ vocabulary
+# The one place the words a user reads are defined (the README's verdict table lists the same rows;
+# tests/test_verdict.py checks that they agree). Every reader (list, report, plan, --json, MCP)
+# shows these words and colours them by their tone, never by the word itself.
+#
+# tone: good (green), warn (amber), bad (red), neutral (no colour), info (blue: not GPU evidence).
+VERDICTS: dict[str, tuple[str, str]] = {
+    "validated": ("good", "oracle-correct and faster than the headline reference by more than the A/A noise floor"),
+    "within_noise": ("neutral", "oracle-correct; the ratio is inside the A/A noise floor, so no difference is claimed"),
+    "slower": ("warn", "oracle-correct but slower than the headline reference by more than the A/A noise floor"),
+    "skipped": ("neutral", "nothing to compare: the port refuses the shape or no reference could be timed against it"),
+    "parity_failed": ("bad", "the port's output is outside the card's tolerance of the fp32 oracle"),
+    "error": ("bad", "the port failed to build or run, or a timing integrity check failed; no speed is claimed"),
+    "cpu_numerics_passed": ("info", "oracle-correct on a CPU proxy shape; host timing only, not GPU evidence"),
+    "compile_verified": ("info", "compiled on a CPU and passed the card's static gates; nothing ran"),
+    "compile_failed": ("bad", "did not compile, or a static gate (spills, occupancy, LDS, opcodes) failed"),
+    "invalid": ("bad", "the file is not a readable validation artifact"),
+}
+# Per reference: how a speed ratio reads (the port against that reference).
+SPEED_WORDS = {"faster": "faster", "slower": "slower", "within_noise": "within noise", "not_timed": "not timed"}
+SPEED_TONE = {"faster": "good", "slower": "warn", "within_noise": "neutral", "not_timed": "neutral"}
+# Per reference: its result against the fp32 oracle. A non-production alternative (bf16 cuBLAS next
+# to an fp8 kernel, a per-batch loop) is there for context; missing the oracle is what it is
+# expected to do, so it is shown as expected, never as a failure.
+REF_PARITY_WORDS = {
+    "passes": ("ok", "neutral"),
+    "fails": ("FAIL", "bad"),
+    "expected_miss": ("misses oracle (expected)", "neutral"),
+    "unsupported": ("unsupported", "neutral"),
+    "unavailable": ("unavailable", "neutral"),
+    "error": ("error", "bad"),
+    "timeout": ("timed out (hang)", "bad"),
+    "crashed": ("crashed", "bad"),
+    "not_run": ("not run", "neutral"),
+    "unknown": ("?", "neutral"),
+}
+# Card level (`skill-run list`): the status a card declares, unless its evidence says otherwise.
+CARD_STATUSES: dict[str, tuple[str, str]] = {
+    "validated": ("good", "every claimed shape class has current GPU evidence"),
+    "partially_validated": ("good", "some shape classes have current GPU evidence; the rest are the card's prior"),
+    "compile_verified": ("info", "compiled and gated on a CPU; no GPU run"),
+    "seed_claims": ("neutral", "numbers from the seed authors' own runs, not re-measured here"),
+    "unvalidated": ("neutral", "no evidence yet"),
+    "stale": ("warn", "the card claims validation, but every GPU artifact of it is stale (kernel or recipe changed since)"),
+}
+TONE_STYLE = {"good": "green", "warn": "yellow", "bad": "bold red", "neutral": "", "info": "cyan"}
+TONE_COLOR = {"good": "#1a7f37", "warn": "#9a6700", "bad": "#cf222e", "neutral": "#57606a", "info": "#0969da"}
+_SPEED_VERDICT = {"faster": "validated", "slower": "slower", "within_noise": "within_noise"}
+
+
+def verdict_tone(verdict: str) -> str:
+    return VERDICTS.get(verdict, ("neutral", ""))[0]
+
+
+def verdict_style(verdict: str) -> str:
+    """The rich style of a verdict word (by its tone)."""
+    return TONE_STYLE[verdict_tone(verdict)]
+
+
+def speed_style(speed: str) -> str:
+    return TONE_STYLE[SPEED_TONE.get(speed, "neutral")]
+
+
+def ratio_style(speedup: float | None, noise_pct: float | None) -> str:
+    """Colour of a bare ratio by what it means: faster green, slower amber, within noise neutral."""
+    return speed_style(speed_label(speedup, noise_pct))
+
+
+def reconcile(recorded: str, speed: str) -> str:
+    """The verdict a timed, oracle-correct record has under today's rule.
+
+    Artifacts written before ``within_noise`` existed say ``slower`` (or ``validated``) for a ratio
+    inside the noise floor. The speed axis is re-derived from the recorded ratio and noise, and a
+    timed verdict that contradicts it is read as the speed axis says, so a row never shows
+    ``slower`` beside ``within noise``. Every other verdict is kept as recorded.
+    """
+    if recorded in _SPEED_VERDICT.values() and speed in _SPEED_VERDICT:
+        return _SPEED_VERDICT[speed]
+    return recorded
+
+
+def ref_parity_kind(status: str, parity_passed: bool | None, production: bool) -> str:
+    """One key of REF_PARITY_WORDS for one reference slot."""
+    if status in ("unsupported", "unavailable", "error", "timeout", "crashed", "not_run"):
+        return status
+    if parity_passed is True:
+        return "passes"
+    if parity_passed is False:
+        return "fails" if production else "expected_miss"
+    return "unknown"

@@ -142,7 +142,8 @@ def test_run_skill_cpu_backend_is_not_refused(kb, user_dir, monkeypatch):
 def test_check_skill_reports_compile_only(kb, monkeypatch):
     class Rep:
         def to_json(self):
-            return {"ok": True, "skill_id": "toy_blockscale", "recipes": [{"name": "wide_n", "gates": {"spills": 0}}]}
+            # CheckReport.to_json's keys: `passed` is the verdict (there is no `ok`)
+            return {"passed": True, "skill_id": "toy_blockscale", "checks": [{"name": "wide_n", "gates": {"spills": 0}}]}
 
     calls = {}
     monkeypatch.setattr(api, "check", lambda index, sid, arch=None, shapes=None, write=True: calls.update(sid=sid, arch=arch, shapes=shapes, write=write) or Rep())
@@ -224,6 +225,9 @@ def test_analyze_profile_summarizes_real_match_and_plan(kb, user_dir, monkeypatc
     monkeypatch.setattr(api, "ingest_profile", lambda path, arch=None, progress=None: prof)
     tools = {t.name: t for t in build_tools(SkillIndex.load(kb), allowed_paths=[user_dir])}
     res = _call(tools, "analyze_profile", path=str(user_dir / "trace.json"), top=5)
+    # read-only unless asked: the reply says how to get the rest, and nothing was written
+    assert "save_full=true" in res["full_result_not_saved"] and not (kb / "validation" / "_analysis").exists()
+    res = _call(tools, "analyze_profile", path=str(user_dir / "trace.json"), top=5, save_full=True)
     assert res["ok"] is True
     assert [k["rank"] for k in res["hot_kernels"]] == [1, 2, 3, 4, 5] and res["hot_kernels"][0]["pct_gpu"] == 60.0
     assert res["matches"][0]["skill_id"] == "toy_blockscale"
@@ -236,3 +240,16 @@ def test_analyze_profile_summarizes_real_match_and_plan(kb, user_dir, monkeypatc
     assert saved.parent == kb / "validation" / "_analysis"
     full = json.loads(saved.read_text())
     assert len(full["profile"]["kernels"]) == 101 and len(full["profile"]["kernels"][0]["ops"][0]["input_dims"]) == 200
+
+
+def test_read_validation_speaks_the_report_vocabulary(kb, tools):
+    """An older file that says `slower` for a ratio inside its A/A noise is listed as within_noise,
+    the file's word kept as recorded_verdict (as `skill-run report` shows it)."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "validation" / "triton_fp8_blockscale_gemm_sm90" / \
+        "20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml"
+    (kb / "validation" / "triton_fp8_blockscale_gemm_sm90").mkdir(parents=True)
+    shutil.copy(src, kb / "validation" / "triton_fp8_blockscale_gemm_sm90" / src.name)
+    (row,) = _call(tools, "read_validation")["artifacts"]
+    assert row["verdict"] == "within_noise" and row["recorded_verdict"] == "slower"

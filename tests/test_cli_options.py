@@ -136,7 +136,7 @@ def test_kb_and_json_work_before_or_after_the_command(tmp_path, order):
     args = ["--kb", str(kb), "--json", "list"] if order == "before" else ["list", "--kb", str(kb), "--json"]
     res = skill_run(*args)
     assert res.returncode == 0, res.stderr
-    assert [r["id"] for r in json.loads(res.stdout)] == ["triton_fp8_blockscale_gemm_sm90"]
+    assert [r["id"] for r in json.loads(res.stdout)["cards"]] == ["triton_fp8_blockscale_gemm_sm90"]
 
 
 @pytest.mark.parametrize("cmd", [["show", "flydsl_fp8_blockscale_gemm"], ["kernels", str(EXAMPLE)], ["lint"],
@@ -177,13 +177,16 @@ def _gpu() -> bool:
 
 
 @pytest.mark.skipif(_gpu(), reason="checks the no-GPU path")
-def test_run_without_gpu_says_cpu_numerics_and_exits_5_unless_cpu_was_asked_for():
-    shape = ["triton_fp8_blockscale_gemm_sm90", "--shape", "64,128,128", "--seeds", "1", "--no-write"]
-    res = skill_run("run", *shape)
-    assert res.returncode == 5, res.stdout[-1500:] + res.stderr
-    assert "no GPU" in res.stderr and "CPU numerics" in res.stderr and "proxy shape" in res.stderr
-    assert "--backend cpu" in res.stderr
-    res = skill_run("run", *shape, "--backend", "cpu")
+def test_run_without_gpu_is_refused_before_any_work_unless_cpu_was_asked_for(tmp_path):
+    kb = _small_kb(tmp_path)
+    shape = ["triton_fp8_blockscale_gemm_sm90", "--shape", "64,128,128", "--seeds", "1"]
+    for args in (["run", *shape], ["--profile", str(EXAMPLE), "--run"]):
+        res = skill_run("--kb", str(kb), *args)
+        assert res.returncode == 5, res.stdout[-1500:] + res.stderr
+        assert "no GPU" in res.stderr and "nothing was run" in res.stderr and "--backend cpu" in res.stderr
+        # refused before computing: no table, no numerics, no artifact
+        assert res.stdout == "" and not any((kb / "validation").rglob("*.yaml"))
+    res = skill_run("run", *shape, "--no-write", "--backend", "cpu")
     assert res.returncode == 0, res.stdout[-1500:] + res.stderr
     assert "CPU numerics" in res.stderr and "error:" not in res.stderr
 

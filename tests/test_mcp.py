@@ -37,19 +37,23 @@ def _is_error(result) -> bool:
 def _run_session(kb: Path, allow: list[Path], calls: list[tuple[str, dict]], cwd: Path) -> tuple[dict, list]:
     """Start `python -m skillrun.agent.mcp_server` over stdio, list its tools, make the calls in order."""
     args = ["-m", "skillrun.agent.mcp_server", "--kb", str(kb)] + [a for p in allow for a in ("--allow", str(p))]
-    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(cwd))
+    # The SDK passes the server only a few safe variables; PYTHONPATH too, so the server under test
+    # is this checkout's code and not whatever copy the interpreter has installed.
+    env = {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "SKILLRUN_TRACES", "PATH", "HOME")}
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(cwd), env=env)
     out: dict = {"results": []}
 
     async def session():
         with anyio.fail_after(120):
             async with stdio_client(params) as (read, write):
                 async with ClientSession(read, write) as s:
-                    await s.initialize()
+                    out["init"] = await s.initialize()
                     out["tools"] = {t.name: t for t in (await s.list_tools()).tools}
                     for name, arguments in calls:
                         out["results"].append(await s.call_tool(name, arguments))
 
     anyio.run(session)
+    _run_session.last_init = out.get("init")
     return out["tools"], out["results"]
 
 
@@ -66,6 +70,11 @@ def test_mcp_stdio_lists_tools_and_returns_readable_errors(tmp_path):
 
     assert set(tools) == {"list_skills", "show_skill", "read_fact", "analyze_profile", "run_skill", "check_skill", "read_validation",
                           "tune_skill", "ablate_skill"}
+    from skillrun import __version__
+
+    init = _run_session.last_init
+    info = getattr(init, "server_info", None) or init.serverInfo
+    assert info.name == "skillrun" and info.version == __version__ != ""
     schema = getattr(tools["analyze_profile"], "input_schema", None) or tools["analyze_profile"].inputSchema
     assert schema["required"] == ["path"] and schema["properties"]["top"]["maximum"] == 50
     assert "compile" in tools["check_skill"].description.lower()

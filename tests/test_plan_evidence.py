@@ -51,7 +51,7 @@ def test_demo_plan_quotes_the_committed_h200_artifacts(demo):
 def test_demo_plan_text_names_evidence_and_total(demo):
     _, a = demo
     text = "\n".join(plan_lines(a.plan))
-    assert "measured[/] on H200 (sm_90)" in text
+    assert "[/] measured on H200 (sm_90)" in text  # the ratio coloured by meaning, "measured" plain
     assert "evidence: validation/triton_fp8_blockscale_gemm_sm90/20261129T092451Z_prefill_very_wide_n" in text
     assert "Projected end-to-end gain" in text
     assert "card prior" not in text.split("Projected")[0].replace("card's prior", "")

@@ -51,7 +51,7 @@ def test_cpu_run_writes_the_references_block_with_parity_status_and_verdict_text
                           "batch=16,M=1,N=1280,K=8192", "--backend", "cpu", "--seeds", "1", "--json"],
                          capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    (rec,) = json.loads(res.stdout)
+    (rec,) = json.loads(res.stdout)["results"]
     from skillrun.validation import load_artifact
 
     art = load_artifact(Path(rec["artifact"]))  # schema-valid on disk

@@ -91,11 +91,19 @@ def test_table_accepts_minimal_execute_results():
 
 def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tmp_path: Path):
     recs = load_artifacts([artifacts])
+    from skillrun.errors import InputError
+    from skillrun.report import SORT_JS
+
+    with pytest.raises(InputError, match="does not exist"):  # a mistyped folder is not created
+        write_html(recs, tmp_path / "out" / "report.html")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()
     page = write_html(recs, tmp_path / "out" / "report.html")
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)  # nothing fetched from a network
-    assert "<script>" not in text and "&lt;script&gt;" in text
+    # the page's only script is its own table sorter; a script in an artifact is text
+    assert text.count("<script>") == 1 and f"<script>{SORT_JS}</script>" in text and "&lt;script&gt;" in text
     assert "data:image/png" not in text  # vector charts only
     svgs = re.findall(r"<svg [^>]*>", text)
     # One speedup chart for the card plus one timing chart per timed record.
@@ -105,7 +113,7 @@ def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tm
     assert text.index("id='summary'") < text.index("<svg")
     summary = text[text.index("id='summary'"):text.index("</table>", text.index("id='summary'"))]
     assert summary.index("Measured on a GPU") < summary.index("CPU numerics")
-    assert "broken.yaml" in text
+    assert "broken.yaml" in text.replace("<wbr>", "")  # names may wrap after _ / , :
 
 
 def test_cpu_speedups_are_not_shown_as_gpu_evidence():
@@ -118,3 +126,15 @@ def test_cpu_speedups_are_not_shown_as_gpu_evidence():
     (e,) = build_index(None, records=[cpu], root=Path(".")).current_entries()
     row = summary_row(e)
     assert "on the CPU" in row["speed"] and "not GPU evidence" in row["speed_sub"]
+
+
+def test_run_table_puts_every_value_under_its_own_column(artifacts: Path):
+    """The verdict sat in the `% peak` column (one value short of the headers)."""
+    from skillrun.report import COLUMNS, _row
+
+    for rec in load_artifacts([artifacts]):
+        row = _row(rec)
+        assert len(row) == len(COLUMNS)
+        assert row[COLUMNS.index("verdict")] == (rec.get("verdict") or "—")
+        assert row[COLUMNS.index("% peak")].endswith("%") or row[COLUMNS.index("% peak")] == "—"
+        assert row[COLUMNS.index("vs production")] in ("—", "yes") or row[COLUMNS.index("vs production")].startswith("no")

@@ -53,6 +53,25 @@ window.addEventListener('load', () => {
         res.overlap.push([ts[i][0], ts[j][0]]);
     }
   }
+  // A number (or id with digits) laid out on two lines: one token, more than one line box.
+  res.split = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.parentElement.closest('svg, script, style')) continue;
+    const re = /[^\s]*\d[^\s]*/g; let m;
+    while ((m = re.exec(n.textContent)) !== null) {
+      const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
+      if (tops.size > 1) res.split.push(m[0].slice(0, 40));
+    }
+  }
+  // Chart text rendered smaller than 9 px on screen (an SVG scaled down to fit the page).
+  res.tiny = [];
+  for (const t of document.querySelectorAll('svg text')) {
+    const h = t.getBoundingClientRect().height;
+    if (h > 0 && h < 9) res.tiny.push(t.textContent.slice(0, 40) + ' @' + h.toFixed(1) + 'px');
+  }
+  res.sortable = document.querySelectorAll('table.sortable').length;
   const pre = document.createElement('pre'); pre.id = 'layout-check'; pre.textContent = JSON.stringify(res);
   document.body.appendChild(pre);
 });
@@ -91,6 +110,32 @@ def test_report_lays_out_without_overflow(repo_page: str, width: int, tmp_path: 
     assert res["page_overflow"] <= 0, f"page scrolls sideways by {res['page_overflow']}px at {width}px"
     assert res["overlap"] == [], f"chart labels overlap at {width}px: {res['overlap'][:5]}"
     assert res["outside"] == [], f"chart labels leave their chart at {width}px: {res['outside'][:5]}"
+    assert res["split"] == [], f"numbers or ids broken across lines at {width}px: {res['split'][:8]}"
+    assert res["tiny"] == [], f"chart text below 9 px at {width}px: {res['tiny'][:5]}"
+    assert res["sortable"] >= 1
+
+
+def test_report_has_roofline_absolute_throughput_and_readable_details(repo_page: str):
+    assert "aria-label=\"roofline\"" in repo_page and "TFLOP/s" in repo_page and "TB/s" in repo_page
+    assert "overflow-wrap:anywhere" not in repo_page
+    # details are values a reader wants: no Python reprs, no absolute path from the machine that ran it
+    assert "{'" not in repo_page and "/work/main/" not in repo_page
+
+
+def test_clicking_a_header_sorts_the_table(repo_page: str, tmp_path: Path):
+    click = ("window.addEventListener('load', () => { const t = document.getElementById('measurements');"
+             " const th = [...t.querySelectorAll('thead th')].find(h => h.textContent === 'speedup'); th.click();"
+             " const v = [...t.tBodies[0].rows].map(r => parseFloat(r.cells[th.cellIndex].getAttribute('data-sort')));"
+             " const pre = document.createElement('pre'); pre.id = 'layout-check'; pre.textContent = JSON.stringify(v);"
+             " document.body.appendChild(pre); });")
+    html_path = tmp_path / "sort.html"
+    html_path.write_text(repo_page.replace("</body>", f"<script>{click}</script></body>"), encoding="utf-8")
+    out = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'p'}",
+                          "--virtual-time-budget=5000", "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=180)
+    m = re.search(r'<pre id="layout-check">([^<]*)</pre>', out.stdout)
+    assert m, out.stderr[-500:]
+    values = json.loads(m.group(1))
+    assert len(values) >= 10 and values == sorted(values)
 
 
 def test_checker_catches_overflow(tmp_path: Path):
@@ -100,3 +145,8 @@ def test_checker_catches_overflow(tmp_path: Path):
            "label one</text><text x='12' y='22'>label two</text></svg></body></html>")
     res = layout(bad, 800, tmp_path)
     assert res["cells"] and res["overlap"]
+    # a number in a narrow box that may break anywhere, and an SVG squeezed to a tenth of its size
+    bad = ("<!DOCTYPE html><html><body><div style='width:30px;overflow-wrap:anywhere'>model_dim=716812345</div>"
+           "<svg viewBox='0 0 2000 100' width='200'><text x='10' y='50' font-size='11'>tiny</text></svg></body></html>")
+    res = layout(bad, 800, tmp_path)
+    assert res["split"] and res["tiny"]

@@ -154,6 +154,17 @@ def test_ablating_to_a_config_that_fails_parity_is_reported_not_timed(tmp_path):
     assert rec["verdict"] == "ablated_failed" and rec["ablation"]["direction"] == "not_timed"
 
 
+def test_ablate_on_the_cpu_runs_the_proxy_shape_like_run(tmp_path):
+    """A production shape in the interpreter takes hours; ablate, like run, shrinks it and says so."""
+    index = _kb(tmp_path, [tunable_card("toy_abl4", [16])])
+    big = {"M": 65536, "N": 16, "K": 32}
+    rec = ablate_shape(index, "toy_abl4", big, {"tile": 8}, backend="cpu", timer=TIMER, rounds=10, warmup=1, seeds=1,
+                       timeout_s=120, validation_root=index.root / "validation")
+    assert rec["shape"] == big and rec["proxy_shape"] == {"M": 256, "N": 16, "K": 32}
+    assert any("proxy shape M=256" in n for n in rec["notes"])
+    assert load_tuning_artifact(Path(rec["artifact"]))["proxy_shape"] == rec["proxy_shape"]  # schema-valid on disk
+
+
 # ---------------------------------------------------------------------------------------- lint
 
 def test_lint_checks_the_space_against_the_kernel_config_schema(tmp_path):
@@ -227,7 +238,11 @@ def test_cli_tune_apply_then_lint_and_ablate(tmp_path):
     r = CliRunner().invoke(app, ["--kb", root, "tune", "toy_cli", "--shape", "32,16,32", "--backend", "cpu", "--timer", TIMER,
                                  "--rounds", "20", "--seeds", "1", "--timeout", "120", "--apply", "--json"])
     assert r.exit_code == 0, r.output
-    (rec,) = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[1] / "schemas" / "cli-results.schema.json").read_text()))
+    (rec,) = doc["results"]
     assert rec["verdict"] == "proposed" and rec["proposal"]["applied"]
     assert {c["status"] for c in rec["candidates"] if c["config"] == {"tile": 48}} == {"raised"}
     assert CliRunner().invoke(app, ["--kb", root, "lint"]).exit_code == 0

@@ -193,3 +193,29 @@ def test_the_fastest_oracle_correct_production_kernel_is_named_even_when_it_is_n
     assert d.text.endswith("fastest oracle-correct production kernel: deepgemm (port 0.9x vs it)")
     gone = [RefOutcome("deepgemm", production=True, status="unavailable", error="deep_gemm is not importable here"), refs[0]]
     assert decide(port, gone, NOISE).fastest_production == "cublas_blockwise"
+
+
+def test_readme_verdict_table_is_the_vocabulary():
+    """The README's table and skillrun.verdict.VERDICTS are the same words with the same meanings."""
+    from pathlib import Path
+
+    from skillrun.verdict import VERDICTS
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
+    table = readme[readme.index("| verdict | meaning |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[2].strip() for line in table}
+    assert rows == {k: meaning for k, (_, meaning) in VERDICTS.items()}
+
+
+def test_every_verdict_decide_can_return_is_in_the_vocabulary():
+    from skillrun.verdict import VERDICTS, reconcile
+
+    port_ok = PortOutcome(parity_passed=True, median_ms=PORT_MS)
+    seen = {decide(port_ok, [_base(True, s)], NOISE).verdict for s in REF_MS}
+    seen |= {decide(PortOutcome(parity_passed=False, median_ms=PORT_MS), [_base(True, "faster")], NOISE).verdict,
+             decide(PortOutcome(status="unsupported"), [], NOISE).verdict, decide(PortOutcome(status="error"), [], NOISE).verdict,
+             decide(port_ok, [_base(True, "faster")], NOISE, gpu=False).verdict}
+    assert seen <= set(VERDICTS)
+    # a timed verdict follows the speed axis; anything else is kept
+    assert reconcile("slower", "within_noise") == "within_noise" and reconcile("validated", "slower") == "slower"
+    assert reconcile("parity_failed", "faster") == "parity_failed" and reconcile("skipped", "not_timed") == "skipped"

@@ -67,8 +67,16 @@ def _mcp_function(spec: ToolSpec, as_result: bool) -> Callable[..., Any]:
 
 def build_server(index: SkillIndex | None = None, allowed_paths: Iterable[str | Path] = (),
                  gpu_probe: Optional[Callable[[], Optional[str]]] = None) -> Any:
+    from skillrun import __version__
+
     cls, v2 = _server_class()
-    server = cls(SERVER_NAME, instructions=SYSTEM_PROMPT, log_level="WARNING")
+    try:  # clients show serverInfo.version; mcp 2.x takes it here
+        server = cls(SERVER_NAME, instructions=SYSTEM_PROMPT, log_level="WARNING", version=__version__)
+    except TypeError:  # mcp 1.x FastMCP has no such argument: set it on its low-level server
+        server = cls(SERVER_NAME, instructions=SYSTEM_PROMPT, log_level="WARNING")
+        low = getattr(server, "_mcp_server", None)
+        if low is not None:
+            low.version = __version__
     for spec in tool_specs(AgentTools(index, allowed_paths, gpu_probe=gpu_probe)):
         fn = _mcp_function(spec, as_result=v2)
         try:

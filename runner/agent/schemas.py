@@ -65,6 +65,8 @@ class AnalyzeProfileArgs(_Args):
     arch: Optional[str] = Field(None, description="device arch when the trace does not say (gfx950, gfx942, sm_90)")
     top: int = Field(10, ge=1, le=50, description="how many hot kernels to rank and match")
     shapes: list[str] = Field(default_factory=list, description=f"shapes for kernels whose shape the trace lacks; {SHAPE_HELP}")
+    save_full: bool = Field(False, description="also write the full analysis (every kernel and op) under validation/_analysis/ "
+                                               "and return its path; the default writes nothing")
 
 
 class RunSkillArgs(_Args):

@@ -155,15 +155,8 @@ class AgentTools:
 
     # ---- knowledge base
     def list_skills(self, a: S.ListSkillsArgs) -> dict[str, Any]:
-        rows = []
-        for c in self.index.skills.values():
-            if a.gen and a.gen not in c.gens:
-                continue
-            if a.to_backend and c.match.get("to_backend") != a.to_backend:
-                continue
-            rows.append({"id": c.id, "title": c.data.get("title"), "gens": c.gens, "operator": c.match.get("operator"),
-                         "from_backend": c.match.get("from_backend"), "to_backend": c.match.get("to_backend"),
-                         "recipes": [r.name for r in c.recipes], "validation_status": c.data.get("validation", {}).get("status")})
+        rows = [r for r in api.list_cards(self.index)
+                if (not a.gen or a.gen in r["gens"]) and (not a.to_backend or r["to_backend"] == a.to_backend)]
         facts = [{"id": f.id, "title": f.data.get("title")} for f in self.index.facts.values()]
         out = ok(skills=rows, facts=facts)
         if self.index.errors:
@@ -196,7 +189,11 @@ class AgentTools:
             analysis.plan.profile = str(path)
         summary = summarize_analysis(analysis, a.top)
         full = analysis.to_json(top=None)
-        if len(dumps(full)) > self.max_chars:
+        # An analysis is read-only: it writes into the knowledge base only when asked.
+        if len(dumps(full)) > self.max_chars and not a.save_full:
+            summary["full_result_not_saved"] = ("the summary above is cut to fit; call again with save_full=true to write "
+                                                "the full analysis under validation/_analysis/ and get its path")
+        elif len(dumps(full)) > self.max_chars:
             try:
                 saved = write_analysis_json(full, self.validation_root, Path(path.name).stem)
                 summary["full_result"] = self._rel(saved)
@@ -230,7 +227,7 @@ class AgentTools:
         data = rep.to_json() if hasattr(rep, "to_json") else rep
         if not isinstance(data, dict):
             data = {"report": data}
-        passed = bool(data.get("ok", False))
+        passed = bool(data.get("passed", False))  # the check report's own key (CheckReport.to_json)
         out = {"ok": True, "passed": passed, "kind": "compile_only (no kernel ran; no timing)", "report": data}
         arts = data.get("artifacts") or ([data["artifact"]] if data.get("artifact") else [])
         if arts:
@@ -288,7 +285,10 @@ class AgentTools:
                 rows.append({"path": self._rel(p), "unreadable": (e.error if e else "not indexed") or "unreadable"})
                 continue
             row = _artifact_row(e.record, self._rel(p))
+            # The verdict as the report shows it (one vocabulary: a ratio inside the noise reads
+            # within_noise even where an older file says slower); the file's word is kept beside it.
             row.update(status=e.status, stale=e.stale, stale_reasons=e.stale_reasons, superseded_by=e.superseded_by,
+                       verdict=e.summary.verdict, recorded_verdict=e.summary.recorded_verdict,
                        verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
             rows.append(row)
         return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
@@ -390,8 +390,8 @@ _DESCRIPTIONS = {
     "read_fact": "Read one fact card (hardware, numerics or method facts cited by skills).",
     "analyze_profile": "Analyse a profiler trace the user provided (CPU only, nothing runs on a GPU): rank the hot "
                        "kernels with their % of GPU time and shapes, match skill cards (every criterion with its "
-                       "reason, plus near misses) and plan a recipe per shape. The full analysis is saved under "
-                       "validation/_analysis/ and its path returned as full_result.",
+                       "reason, plus near misses) and plan a recipe per shape. Writes nothing; with save_full=true a summary "
+                       "cut to fit also saves the full analysis under validation/_analysis/ and returns its path as full_result.",
     "run_skill": "Run a card's port against its references for the given shapes and write a validation artifact "
                  "(parity for port and baseline, interleaved timing, speedup). Needs a GPU; without one it refuses "
                  "and suggests check_skill or backend='cpu' (CPU numerics on small shapes, no timing).",

@@ -3,17 +3,18 @@ its hot kernels, match cards and plan; the root command with --run also executes
 entry module attaches :func:`main_cmd` as the root callback and ``COMMANDS`` as sub-commands."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from skillrun import api, tabular
-from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, OutFormat,
-                                 command_line, console, cpu_fallback, cpu_note, devices_label, emit_json, emit_machine, err,
-                                 exit_if_unwritten, exit_on_card_problems, guarded, index, out_format, print_analysis,
-                                 print_results, report_unwritten, state, term_width, unbounded, want_json)
-from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_UNAVAILABLE, EXIT_USAGE
+from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, WIDE_HELP, Backend, ColdL2, ItemProgress,
+                                 OutFormat, command_line, console, cpu_fallback, cpu_note, devices_label, emit_json,
+                                 emit_machine, err, exit_if_unwritten, exit_on_card_problems, guarded, index, out_format,
+                                 print_analysis, print_results, report_unwritten, state, term_width, unbounded, want_json)
+from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_USAGE
 from skillrun.termtext import safe
 
 
@@ -61,14 +62,15 @@ def main_cmd(
     shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables (also after a command: skill-run list --json)."),
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
-    run: bool = typer.Option(False, "--run", help="Execute every planned recipe and write validation YAML."),
+    run: bool = typer.Option(False, "--run", help="Execute every planned recipe and write validation YAML.", rich_help_panel="With --run (on a GPU)"),
     kb: Optional[Path] = typer.Option(None, "--kb", metavar="DIR", help="Knowledge base folder (default: this checkout, the installed copy or $SKILLRUN_KB)."),
-    backend: Optional[Backend] = typer.Option(None, "--backend", help="With --run: where to run (default: the GPU present). cpu checks numerics on a small proxy shape, no timing."),
-    seeds: int = typer.Option(3, "--seeds", min=1, metavar="N", help="With --run: fresh random input sets for the parity gate (at least 1)."),
-    rounds: int = typer.Option(100, "--rounds", min=1, metavar="N", help="With --run: interleaved A/B timing rounds (at least 1)."),
-    cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="With --run: keep L2 cold by rotating input sets, by a flush kernel, or not at all."),
-    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="With --run: time CUDA-graph replays instead of eager launches."),
+    backend: Optional[Backend] = typer.Option(None, "--backend", help="With --run: where to run (default: the GPU present). cpu checks numerics on a small proxy shape, no timing.", rich_help_panel="With --run (on a GPU)"),
+    seeds: int = typer.Option(3, "--seeds", min=1, metavar="N", help="With --run: fresh random input sets for the parity gate (at least 1).", rich_help_panel="With --run (on a GPU)"),
+    rounds: int = typer.Option(100, "--rounds", min=1, metavar="N", help="With --run: interleaved A/B timing rounds (at least 1).", rich_help_panel="With --run (on a GPU)"),
+    cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="With --run: keep L2 cold by rotating input sets, by a flush kernel, or not at all.", rich_help_panel="With --run (on a GPU)"),
+    cuda_graph: bool = typer.Option(False, "--cuda-graph", help="With --run: time CUDA-graph replays instead of eager launches.", rich_help_panel="With --run (on a GPU)"),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every match criterion with its reason."),
 ):
     state["kb"] = kb
     state["json"] = as_json
@@ -92,46 +94,53 @@ def main_cmd(
         raise typer.Exit(0)
     _analyse(profile, arch, top, shape, want_json(as_json), run, wide,
              dict(backend=backend.value if backend else None, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
-                  cuda_graph=cuda_graph))
+                  cuda_graph=cuda_graph), verbose=verbose)
 
 
 @guarded
-def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw: dict | None = None) -> None:
+def _analyse(profile: Path, arch, top, shape, as_json, run, wide=False, exec_kw: dict | None = None,
+             verbose: bool = False) -> None:
     idx = index()
+    kw = dict(exec_kw or {})
+    if run:  # a run that needs a GPU is refused before the trace is even read
+        kw["backend"], _ = cpu_fallback(kw.get("backend"))
     prog, cb = _progress()
     try:
         a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape, progress=cb)
     finally:
         prog.stop()
+    if not as_json:
+        # The analysis (answer first) is on screen before any run starts.
+        print_analysis(a, top, wide, verbose=verbose)
+        sys.stdout.flush()
     results = None
-    asked_cpu = False
-    cpu_run = False
     if run:
-        kw = dict(exec_kw or {})
-        kw["backend"], asked_cpu = cpu_fallback(kw.get("backend"))
-        cpu_run = kw["backend"] == "cpu"
-        results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), **kw)
+        with ItemProgress() as on_item:
+            results = api.execute(a.plan, idx, profile_source=str(profile), command=command_line(), on_item=on_item, **kw)
     if as_json:
         data = a.to_json(top)
         if results is not None:
             data["results"] = results
         emit_json(data)
         report_unwritten(results)
-    else:
-        print_analysis(a, top, wide)
-        if results is not None:
-            print_results(results)
-    if cpu_run and results is not None:
-        cpu_note(results, asked_cpu)
+    elif results is not None:
+        print_results(results)
+    if kw.get("backend") == "cpu" and results is not None:
+        cpu_note(results)
     exit_if_unwritten(results)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)
     if results is not None and any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
-    if cpu_run and not asked_cpu:
-        raise typer.Exit(EXIT_UNAVAILABLE)
 
+
+def _source_named(data: dict) -> dict:
+    """`profile` is the analysed profile (an object) in `--profile --json`; here the trace's path is
+    `source`, the name it has inside that object (one name per concept)."""
+    if isinstance(data.get("profile"), str):
+        data = {"source": data.pop("profile"), **data}
+    return data
 
 
 @guarded
@@ -147,9 +156,10 @@ def match_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profile
     idx = index()
     prof = api.ingest_profile(profile, arch=arch)
     rep = api.match(prof, idx, top=top)
-    if not emit_machine(out_format(fmt), lambda: {**rep.model_dump(mode="json"), "hot_kernels": api.hot_kernels(prof, top)},
+    if not emit_machine(out_format(fmt), lambda: {**_source_named(rep.model_dump(mode="json")), "hot_kernels": api.hot_kernels(prof, top)},
                         lambda: tabular.match_rows(rep)):
-        print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide)
+        print_analysis(api.Analysis(prof, rep, api.plan(prof, rep.model_copy(update={"matches": []}), idx)), top, wide,
+                       answer=False)  # match plans nothing, so there is no gain to answer with
     exit_on_card_problems(rep.card_problems)
     if not rep.matches:
         raise typer.Exit(EXIT_NO_MATCH)
@@ -161,15 +171,16 @@ def plan_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profiler
              top: int = typer.Option(20, "--top", min=1, metavar="N", help=TOP_HELP),
              shape: Optional[List[str]] = typer.Option(None, "--shape", metavar="SHAPE", help=SHAPE_HELP),
              wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
-             fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
+             fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP),
+             verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print every match criterion with its reason.")):
     """Ingest, match and pick a recipe per shape (nothing is run).
 
     Example: skill-run plan trace.json.gz --shape 4096,2048,7168
     """
     idx = index()
     a = api.analyze(profile, index=idx, arch=arch, top=top, shapes=shape)
-    if not emit_machine(out_format(fmt), lambda: a.plan.model_dump(mode="json"), lambda: tabular.plan_rows(a.plan)):
-        print_analysis(a, top, wide)
+    if not emit_machine(out_format(fmt), lambda: _source_named(a.plan.model_dump(mode="json")), lambda: tabular.plan_rows(a.plan)):
+        print_analysis(a, top, wide, verbose=verbose)
     exit_on_card_problems(a.matches.card_problems)
     if not a.matches.matches:
         raise typer.Exit(EXIT_NO_MATCH)

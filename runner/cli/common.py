@@ -83,10 +83,22 @@ def want_json(as_json: bool = False) -> bool:
     return bool(as_json or state["json"])
 
 
-def emit_json(data: Any) -> None:
+# The version of every `--json` document the CLI prints (its shapes are in schemas/cli/*.schema.json).
+# Raise it when a key is renamed or removed; adding a key keeps it.
+JSON_SCHEMA_VERSION = 1
+
+
+def emit_json(data: Any, key: Optional[str] = None) -> None:
+    """Print one JSON document: an object that starts with ``schema_version``. A list is put under
+    ``key``. A validation or e2e record printed as it is written keeps its own schema_version (the
+    artifact's format, schemas/*.schema.json)."""
     # Strict JSON: NaN/Infinity (from a hostile trace or a broken timer) become null.
     from skillrun.strict_json import dumps
 
+    if isinstance(data, list):
+        data = {"schema_version": JSON_SCHEMA_VERSION, key or "items": data}
+    elif isinstance(data, dict) and "schema_version" not in data:
+        data = {"schema_version": JSON_SCHEMA_VERSION, **data}
     sys.stdout.write(dumps(data, indent=2) + "\n")
 
 
@@ -151,6 +163,8 @@ class ColdL2(str, Enum):
 WORKLOAD_COMMAND = {"allow_interspersed_args": False}
 
 ARCH_HELP = "Device arch when the trace does not say: gfx950, gfx942, gfx90a, sm_90, sm_100, … (a typo is an error)."
+TARGET_ARCH_HELP = ("Arch to select recipes and compile for, when it is not the device present: gfx950, gfx942, sm_90, … "
+                    "(a typo is an error).")
 TOP_HELP = "How many hot kernels to rank and match (at least 1)."
 SHAPE_HELP = "Shape for kernels whose shape the trace lacks, in the card's key order, e.g. 4096,2048,7168 (repeatable)."
 WIDE_HELP = "Print kernel names whole (the table grows wider than the terminal; always so when piped)."
@@ -178,11 +192,12 @@ def emit_rows(rows: "tuple[list[str], list[dict]]", fmt: str) -> None:
     write(columns, records, fmt, sys.stdout)
 
 
-def emit_machine(kind: str, data, rows) -> bool:
-    """The machine-readable views: for --json print ``data()``, for --format csv|tsv the table file of
-    ``rows()``, and return True; False when the human view is wanted (neither is built then)."""
+def emit_machine(kind: str, data, rows, key: Optional[str] = None) -> bool:
+    """The machine-readable views: for --json print ``data()`` (a list under ``key``), for --format
+    csv|tsv the table file of ``rows()``, and return True; False when the human view is wanted
+    (neither is built then)."""
     if kind == "json":
-        emit_json(data())
+        emit_json(data(), key)
         return True
     if kind in ("csv", "tsv"):
         emit_rows(rows(), kind)
@@ -206,13 +221,18 @@ def devices_label(p) -> str:
     return ", ".join(names)
 
 
-def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
+def print_analysis(a: "api.Analysis", top: int, wide: bool = False, verbose: bool = True, answer: bool = True) -> None:
+    """The answer line first, then the profile, the hot kernels, the matches (each criterion with
+    its reason only when ``verbose``: `match` and `-v`) and the plan."""
     from skillrun.hot_table import breakdown_lines, hot_kernels, render
+    from skillrun.plan import answer_line
 
     width = term_width()
     wide = wide or unbounded(width)
     out = console(width)
     p = a.profile
+    if answer:
+        out.print(answer_line(a.plan, len({m.skill_id for m in a.matches.matches}), str(p.source)))
     out.print(f"[bold]{safe(Path(p.source).name)}[/]  format={p.format}  arch={safe(p.arch or 'unknown')}  ({safe(devices_label(p))})")
     out.print(f"GPU kernel time {p.total_kernel_us / 1e3:.3f} ms over {p.kernel_calls} kernel calls; "
               f"{p.linked_calls} calls linked to an op with shapes; shape unknown for {p.unattributed_us / 1e3:.3f} ms"
@@ -237,12 +257,15 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
         tag = "[green]MATCH[/]" if res.matched else "[yellow]near miss[/]"
         name = res.kernel if wide or len(res.kernel) <= 100 else res.kernel[:99] + "…"
         out.print(f"{tag} [bold]{safe(res.skill_id)}[/] ← {safe(name)} ({res.pct_gpu:.2f}% GPU)")
-        for c in res.criteria:
+        # A near miss always says which criterion failed; every criterion with -v or `match`.
+        for c in res.criteria if verbose else [c for c in res.criteria if c.passed is False and c.required]:
             if c.passed is None:  # the trace cannot answer it: neither a tick nor a cross
                 out.print(f"    [dim]–[/] {safe(c.name)}: [dim]not checked[/]: {safe(c.reason)}")
                 continue
             mark = "[green]✓[/]" if c.passed else "[red]✗[/]"
             out.print(f"    {mark} {safe(c.name)}: {safe(c.reason)}" + ("" if c.required else " [dim](informational)[/]"))
+    if not verbose and (m.matches or m.near_misses):
+        out.print("[dim]every match criterion with its reason: add -v, or `skill-run match TRACE`[/]")
 
     from skillrun.plan import plan_lines
 
@@ -250,10 +273,12 @@ def print_analysis(a: "api.Analysis", top: int, wide: bool = False) -> None:
         out.print(line)
 
 
-def print_results(results: list[dict]) -> None:
-    from skillrun.report import report_table
+def print_results(results: list[dict], answer: bool = True) -> None:
+    from skillrun.report import report_table, results_answer
 
     out = console()
+    if answer:
+        out.print(results_answer(results))
     out.print(report_table(results))
     for r in results:
         if r.get("artifact"):
@@ -275,6 +300,76 @@ def exit_if_unwritten(results: list[dict] | None) -> None:
 
 
 
+class busy:
+    """A spinner with the elapsed time on stderr while a long step runs (doctor, check, tune, ablate),
+    only when stderr is a terminal; a pipe or a log gets nothing. On exit it prints what finished
+    and how long it took, so a 40-second compile is never a blank screen."""
+
+    def __init__(self, what: str, stream: Optional[Console] = None):
+        self.what, self.console, self.status, self.t0 = what, stream or err, None, 0.0
+
+    def __enter__(self) -> "busy":
+        import time
+
+        if self.console.is_terminal:
+            from rich.status import Status
+
+            self.t0 = time.monotonic()
+            self.status = Status(f"{safe(self.what)} …", console=self.console)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import time
+
+        if self.status is not None:
+            self.status.stop()
+            self.console.print(f"[dim]{safe(self.what)}: {time.monotonic() - self.t0:.1f} s[/]", highlight=False)
+
+
+class ItemProgress:
+    """Item-by-item progress of runs on stderr, only when stderr is a terminal: a live line for the
+    item running (with its elapsed time), and one line per finished item with its verdict and time.
+    Use as ``with ItemProgress() as on_item: api.execute(..., on_item=on_item)``."""
+
+    def __init__(self, stream: Optional[Console] = None):
+        self.console = stream or err
+        self.live = None
+        self.t0 = 0.0
+
+    def __enter__(self):
+        return self if self.console.is_terminal else None
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def __call__(self, event: str, i: int, n: int, item: Any, result: Optional[dict] = None) -> None:
+        import time
+
+        from rich.status import Status
+
+        from skillrun.verdict import verdict_style
+
+        shape = ",".join(f"{k}={v}" for k, v in (getattr(item, "shape", None) or {}).items())
+        what = f"[{i + 1}/{n}] {safe(item.skill_id)} {safe(shape)}"
+        if event == "start":
+            self.t0 = time.monotonic()
+            self.live = Status(f"running {what} …", console=self.console)
+            self.live.start()
+            return
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        v = str((result or {}).get("verdict") or "—")
+        sp = (result or {}).get("speedup")
+        style = verdict_style(v)
+        word = f"[{style}]{safe(v)}[/]" if style else safe(v)
+        self.console.print(f"{what}: {word}" + (f" {sp:.3f}×" if isinstance(sp, (int, float)) else "")
+                           + f" [dim]({time.monotonic() - self.t0:.1f} s)[/]", highlight=False)
+
+
 # --------------------------------------------------------------------------- runs without a GPU
 def command_line() -> str:
     return " ".join(["skill-run", *sys.argv[1:]])
@@ -287,21 +382,26 @@ def gpu_present() -> bool:
 
 
 def cpu_fallback(backend: Optional[str]) -> tuple[Optional[str], bool]:
-    """(backend to run with, whether the user asked for CPU numerics). Without a GPU and without
-    --backend, the runner still checks CPU numerics, then says so and exits 5."""
-    if backend is not None:
-        return backend, backend == "cpu"
+    """(backend to run with, whether the user asked for CPU numerics).
+
+    A run that needs a GPU is refused here, before anything is computed or written (exit 5), when
+    this machine has none: no --backend, or --backend cuda/rocm. Only --backend cpu runs without one.
+    """
+    if backend == "cpu":
+        return backend, True
     if gpu_present():
-        return None, False
-    return "cpu", False
+        return backend, False
+    from skillrun.errors import UnavailableError
+
+    raise UnavailableError(
+        "no GPU on this machine, so nothing was run: timing a port against its references needs one",
+        hint="--backend cpu checks CPU numerics of the port on a small proxy shape (no timing, no speedup); "
+             "`skill-run check CARD` runs the FlyDSL compile-only gates; or run this on a machine with a GPU")
 
 
-def cpu_note(results: list[dict], asked: bool) -> None:
+def cpu_note(results: list[dict]) -> None:
+    """What --backend cpu measured (a run without a GPU is refused by cpu_fallback before any work)."""
     proxies = sorted({json.dumps(r.get("proxy_shape")) for r in results if r.get("proxy_shape")})
     msg = ("no GPU was used: this measured CPU numerics of the port on a small proxy shape"
            + (f" ({', '.join(proxies)})" if proxies else "") + "; there is no timing and no speedup")
-    if asked:
-        err.print(f"[yellow]note:[/] {safe(msg)}")
-    else:
-        err.print(f"[bold red]error:[/] no GPU on this machine; {safe(msg)} (pass --backend cpu to ask for exactly "
-                  "this, `skill-run check CARD` for FlyDSL compile-only gates, or run on a GPU)")
+    err.print(f"[yellow]note:[/] {safe(msg)}")

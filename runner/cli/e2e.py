@@ -54,8 +54,25 @@ def e2e_cmd(
         raise typer.Exit(EXIT_FAILURE)
 
 
+def answer_line(rec: dict) -> str:
+    """The one line that answers `skill-run e2e`: measured step gain against the noise floor (coloured
+    by meaning), beside the projection, and whether the outputs matched."""
+    from skillrun.termtext import safe
+    from skillrun.verdict import speed_style
+
+    w = rec["measured"]["wall"]
+    proj = rec["projection"]["gain_pct"]
+    style = speed_style(w["speed"])
+    gain = f"{w['gain_pct']:+.2f}% ({w['speed'].replace('_', ' ')}, noise floor {w['noise_floor_pct']:.2f}%)"
+    return (f"[bold]Answer:[/] routing the ports in changed the workload's step time by "
+            + (f"[{style}]{gain}[/]" if style else gain)
+            + (f"; projected {proj:+.2f}%" if proj is not None else "")
+            + f"; outputs {safe(rec['verdict_detail']['outputs'].replace('_', ' '))}")
+
+
 def _print(rec: dict) -> None:
     w = rec["measured"]["wall"]
+    out.print(answer_line(rec))
     out.print(f"[bold]e2e[/] {' '.join(rec['workload']['command'])}")
     for c in rec["cards"]:
         for it in c["items"]:

@@ -11,6 +11,7 @@ knowledge base with :func:`~skillrun.cli.common.index`.
 """
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Optional
@@ -23,14 +24,11 @@ from skillrun.cli import agent, analyze, e2e, kb, profile, run, tune
 from skillrun.cli.common import attach, err, state
 from skillrun.termtext import plain
 
-HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape;
-`--run` also runs each port against its production reference and writes validation YAML.
+HELP = """Read a GPU profile, rank its hot kernels, match expert skill cards and pick a recipe per shape; `--run` also runs each port against its production reference and writes validation YAML.
 
 Example: skill-run --profile trace.json.gz (torch.profiler, rocprofv3, rocpd, nsys, ncu; detected from content)
 
-Exit codes: 0 ok · 1 a problem found (lint errors, failed gate, parity failure) · 2 usage error ·
-3 unreadable or corrupt input file · 4 no card matched the profile · 5 backend, device or tool
-unavailable. Set SKILLRUN_DEBUG=1 for tracebacks."""
+Exit codes: 0 ok · 1 a problem found (lint errors, failed gate, parity failure) · 2 usage error · 3 unreadable or corrupt input file · 4 no card matched the profile · 5 backend, device or tool unavailable. Set SKILLRUN_DEBUG=1 for tracebacks."""
 
 class _Group(TyperGroup):
     """`skill-run TRACE` (a file, not a command word) says to use --profile instead of 'No such command'."""
@@ -53,6 +51,21 @@ app.callback(invoke_without_command=True)(analyze.main_cmd)  # skill-run --profi
 # The order here is the order of `skill-run --help`.
 for _module in (analyze, kb, run, profile, agent, tune, e2e):
     attach(app, _module.COMMANDS)
+
+# `skill-run -h` lists commands by what they are for, not in one flat list of 17.
+PANELS = {
+    "Analyse a trace": ("match", "plan", "kernels", "profile"),
+    "Cards": ("list", "show", "fact", "lint"),
+    "Run and check ports": ("run", "check", "tune", "ablate", "e2e"),
+    "Evidence": ("report",),
+    "Setup": ("doctor",),
+    "Agents": ("agent", "mcp"),
+}
+_panel_of = {name: panel for panel, names in PANELS.items() for name in names}
+_order = [n for names in PANELS.values() for n in names]
+for _info in app.registered_commands:
+    _info.rich_help_panel = _panel_of.get(_info.name or "", "Other")
+app.registered_commands.sort(key=lambda c: _order.index(c.name) if c.name in _order else len(_order))
 
 
 def _set_json(ctx, param, value):
@@ -134,6 +147,11 @@ def build_cli() -> click.Group:
         if "--kb" not in opts and "kb" not in names:
             sub.params.append(_common_param("kb"))
         _tidy_help(sub)
+        if sub.help:
+            # Docstrings wrap at 120 columns in the source; help re-wraps each paragraph to the terminal
+            # (rich keeps hard newlines, which broke lines mid-sentence).
+            sub.help = "\n\n".join(" ".join(par.split()) for par in inspect.cleandoc(sub.help).split("\n\n"))
+            sub.short_help = sub.help.split("\n\n")[0]
     return group
 
 

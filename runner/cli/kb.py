@@ -26,8 +26,12 @@ def lint_cmd():
     else:
         for e in rep.errors:
             err.print(f"[red]✗[/] {safe(e)}", highlight=False)
+        for w in rep.warnings:
+            err.print(f"[yellow]warning:[/] {safe(w)}", highlight=False)
         c = rep.checked
         msg = f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, {c.get('artifacts', 0)} validation artifacts checked"
+        if rep.warnings:
+            msg += f"; {len(rep.warnings)} warning(s) above"
         console().print(("[green]lint ok:[/] " if rep.ok else f"[red]lint failed ({len(rep.errors)} errors):[/] ") + msg)
     if not rep.ok:
         raise typer.Exit(EXIT_FAILURE)
@@ -39,10 +43,15 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
 
     Example: skill-run list --json
     """
+    from rich.text import Text
+
+    from skillrun.verdict import CARD_STATUSES, TONE_STYLE
+
     idx = index()
-    rows = [{"id": c.id, "title": c.data["title"], "gens": c.gens, "from": c.match["from_backend"], "to": c.match["to_backend"],
-             "recipes": [r.name for r in c.recipes], "validation": c.data["validation"]["status"]} for c in idx.skills.values()]
-    if emit_machine(out_format(fmt), lambda: rows, lambda: tabular.card_rows(rows)):
+    # The validation status comes from the evidence (api.list_cards): a card that claims validation
+    # while every GPU artifact of it is stale reads `stale`, never `validated`.
+    rows = [{**r, "from": r["from_backend"], "to": r["to_backend"]} for r in api.list_cards(idx)]
+    if emit_machine(out_format(fmt), lambda: rows, lambda: tabular.card_rows(rows), key="cards"):
         exit_on_card_problems(idx.problems)  # an invalid card is never dropped silently
         return
     t = Table(title=f"Skill cards ({safe(idx.root)})")
@@ -50,7 +59,10 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
         t.add_column(col, overflow="fold")
     for r in rows:
         frm = r["from"] if isinstance(r["from"], str) else "/".join(r["from"])
-        t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), safe(r["validation"]))
+        status = Text(safe(r["validation"]), style=TONE_STYLE[CARD_STATUSES.get(r["validation"], ("neutral", ""))[0]])
+        if r["validation_note"]:
+            status.append("\n" + safe(r["validation_note"]), style="dim")
+        t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), status)
     console().print(t)
     exit_on_card_problems(idx.problems)
 

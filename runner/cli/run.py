@@ -11,11 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from skillrun import api, tabular
-from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, OutFormat, command_line, console, cpu_fallback, cpu_note,
-                                 emit_json, emit_machine, err, exit_if_unwritten, guarded, index, out_format, print_results,
-                                 report_unwritten, term_width,
-                                 want_json)
-from skillrun.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InputError, SkillRunError
+from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, ItemProgress, OutFormat, busy, command_line, console,
+                                 cpu_fallback, cpu_note, emit_json, emit_machine, err, exit_if_unwritten, guarded, index,
+                                 out_format, print_results, report_unwritten, term_width, want_json)
+from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
 from skillrun.termtext import plain, safe
 
 
@@ -32,21 +31,20 @@ def run_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id wh
 
     Example: skill-run run triton_fp8_blockscale_gemm_sm90 --shape 4096,7168,2048 --backend cuda
     """
-    be, asked_cpu = cpu_fallback(backend.value if backend else None)
-    results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
-                            cuda_graph=cuda_graph, write=not no_write, command=command_line())
+    be, _ = cpu_fallback(backend.value if backend else None)  # refuses here, before any work, without a GPU
+    with ItemProgress() as on_item:
+        results = api.run_skill(index(), skill_id, shape, backend=be, seeds=seeds, rounds=rounds, cold_l2=cold_l2.value,
+                                cuda_graph=cuda_graph, write=not no_write, command=command_line(), on_item=on_item)
     if want_json():
-        emit_json(results)
+        emit_json(results, "results")
         report_unwritten(results)
     else:
         print_results(results)
     if be == "cpu":
-        cpu_note(results, asked_cpu)
+        cpu_note(results)
     exit_if_unwritten(results)
     if any(r.get("verdict") in ("parity_failed", "error", "compile_failed") for r in results):
         raise typer.Exit(EXIT_FAILURE)
-    if be == "cpu" and not asked_cpu:
-        raise typer.Exit(EXIT_UNAVAILABLE)
 
 
 
@@ -86,7 +84,8 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 
     Example: skill-run check flydsl_fp8_blockscale_gemm --arch gfx950
     """
-    rep = api.check(index(), skill_id, arch=arch, shapes=shape, write=not no_write)
+    with busy(f"compiling {skill_id} for {arch or 'its target'} (compile-only)"):
+        rep = api.check(index(), skill_id, arch=arch, shapes=shape, write=not no_write)
     if want_json():
         emit_json(rep.to_json())
     else:
@@ -109,7 +108,7 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
 
     Example: skill-run report validation/triton_fp8_blockscale_gemm_sm90 --html report.html
     """
-    from skillrun.report import terminal_report, write_html
+    from skillrun.report import evidence_answer, terminal_report, write_html
     from skillrun.validation import load_artifact
 
     idx = index()
@@ -123,10 +122,14 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
     kind = out_format(fmt)
-    if not emit_machine(kind, ev.to_json, lambda: tabular.report_rows(ev)):
-        console().print(terminal_report(ev))
-    if html:
+    if html:  # written first: a missing folder is an error before anything is printed
         page = write_html(ev, html)
+    if not emit_machine(kind, ev.to_json, lambda: tabular.report_rows(ev)):
+        out = console()
+        out.print(evidence_answer(ev))
+        if not html:  # with --html the page is the report; the terminal gets the answer and its path
+            out.print(terminal_report(ev))
+    if html:
         (console() if kind == "table" else err).print(f"wrote {safe(page)}")
 
 @guarded
@@ -140,7 +143,8 @@ def doctor_cmd(timeout: float = typer.Option(120.0, "--timeout", min=1.0, metava
     """
     from skillrun.doctor import render_lines
 
-    rep = api.doctor(flydsl_timeout_s=timeout)
+    with busy("checking this machine (device, libraries, a FlyDSL test compile)"):
+        rep = api.doctor(flydsl_timeout_s=timeout)
     if want_json():
         emit_json(rep)
     else:

@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from skillrun import api
-from skillrun.cli.common import ARCH_HELP, Backend, ColdL2, command_line, emit_json, guarded, index, out, want_json
+from skillrun.cli.common import TARGET_ARCH_HELP, Backend, ColdL2, busy, command_line, emit_json, guarded, index, out, want_json
 from skillrun.errors import EXIT_FAILURE
 from skillrun.options import check_arch
 
@@ -49,7 +49,7 @@ def tune_cmd(skill_id: Optional[str] = typer.Argument(None, metavar="CARD", help
              ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Ray cluster address ('local' starts one here)."),
              ray_resource: Optional[List[str]] = typer.Option(None, "--ray-resource", metavar="NAME=AMOUNT", help="A custom resource each Ray task asks for (besides num_gpus; repeatable)."),
              compile_only: bool = typer.Option(False, "--compile-only", help="FlyDSL: prune the space on the CPU by the static gates."),
-             arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+             arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=TARGET_ARCH_HELP),
              start_from: Optional[Path] = typer.Option(None, "--start-from", metavar="ARTIFACT", help="A compile_prune artifact: sweep only the configs it kept."),
              apply: bool = typer.Option(False, "--apply", help="Write the proposed recipe into SKILL.md (lint must pass)."),
              cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Time CUDA-graph replays instead of eager launches."),
@@ -60,13 +60,14 @@ def tune_cmd(skill_id: Optional[str] = typer.Argument(None, metavar="CARD", help
 
     Example: skill-run tune triton_fp8_rowwise_batched_gemm_sm90 --shape 16,8192,8192,1024 --cuda-graph --apply
     """
-    results = api.tune(index(), skill_id, shape, from_plan=from_plan, backend=backend.value if backend else None,
-                       rounds=rounds, recheck_rounds=recheck_rounds, top=top, seeds=seeds, timeout_s=timeout,
-                       workers=workers, ray_address=ray, ray_resources=_resources(ray_resource), compile_only=compile_only,
-                       arch=check_arch(arch), start_from=start_from, apply=apply, cuda_graph=cuda_graph,
-                       cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
+    with busy("tuning " + (skill_id or "the plan's untuned items") + (" (compile-only)" if compile_only else "")):
+        results = api.tune(index(), skill_id, shape, from_plan=from_plan, backend=backend.value if backend else None,
+                           rounds=rounds, recheck_rounds=recheck_rounds, top=top, seeds=seeds, timeout_s=timeout,
+                           workers=workers, ray_address=ray, ray_resources=_resources(ray_resource), compile_only=compile_only,
+                           arch=check_arch(arch), start_from=start_from, apply=apply, cuda_graph=cuda_graph,
+                           cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
     if want_json():
-        emit_json(results)
+        emit_json(results, "results")
     else:
         for r in results:
             _print_tuning(out, r)
@@ -85,7 +86,7 @@ def ablate_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id
                rounds: int = typer.Option(200, "--rounds", min=1, metavar="N", help="Interleaved A/B rounds (at least 1)."),
                seeds: int = typer.Option(3, "--seeds", min=1, metavar="N", help="Fresh random input sets for the parity gate (at least 1)."),
                timeout: float = typer.Option(600.0, "--timeout", min=1.0, metavar="SECONDS", help="Seconds per task."),
-               arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=ARCH_HELP),
+               arch: Optional[str] = typer.Option(None, "--arch", metavar="ARCH", help=TARGET_ARCH_HELP),
                cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Time CUDA-graph replays instead of eager launches."),
                cold_l2: ColdL2 = typer.Option(ColdL2.rotate, "--cold-l2", help="Keep L2 cold by rotating input sets, by a flush kernel, or not at all."),
                timer: Optional[str] = typer.Option(None, "--timer", metavar="TIMER", help="event | wall | module:factory"),
@@ -94,9 +95,10 @@ def ablate_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Card id
 
     Example: skill-run ablate triton_fp8_rowwise_batched_gemm_sm90 --shape 16,512,8192,1024 --set w_layout=kn --cuda-graph
     """
-    r = api.ablate(index(), skill_id, shape, set_, recipe=recipe, backend=backend.value if backend else None,
-                   rounds=rounds, seeds=seeds, timeout_s=timeout, arch=check_arch(arch), cuda_graph=cuda_graph,
-                   cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
+    with busy(f"ablating {skill_id} ({', '.join(set_)})"):
+        r = api.ablate(index(), skill_id, shape, set_, recipe=recipe, backend=backend.value if backend else None,
+                       rounds=rounds, seeds=seeds, timeout_s=timeout, arch=check_arch(arch), cuda_graph=cuda_graph,
+                       cold_l2=cold_l2.value, timer=timer, write=not no_write, command=command_line())
     if want_json():
         emit_json(r)
     else:

@@ -150,15 +150,28 @@ def execute_plan(index: SkillIndex, plan: Plan, **kw: Any) -> list[dict[str, Any
     """Every item of a plan, in order; one item's failure is its own record, never the run's end."""
     kw.setdefault("profile_source", plan.profile)
     backend = kw.pop("backend", None)
+    on_item = kw.pop("on_item", None)
     be = backend if isinstance(backend, Backend) else (make_backend(backend) if plan.items else None)
     results = []
-    for item in plan.items:
+    for i, item in enumerate(plan.items):
+        _tell(on_item, "start", i, len(plan.items), item)
         try:
             results.append(execute_item(index, item, backend=be, **kw))
         except SkillRunError as exc:
             results.append({"card": {"id": item.skill_id}, "kernel": item.kernel, "shape": item.shape,
                             "verdict": "error", "reason": str(exc), "artifact": None})
+        _tell(on_item, "done", i, len(plan.items), item, results[-1])
     return results
+
+
+def _tell(on_item: Any, event: str, i: int, n: int, item: PlanItem, result: dict[str, Any] | None = None) -> None:
+    """Report progress to the caller (the CLI's stderr progress); a failing reporter never stops a run."""
+    if on_item is None:
+        return
+    try:
+        on_item(event, i, n, item, result)
+    except Exception:  # noqa: BLE001 - progress is cosmetic
+        pass
 
 
 def run_skill(index: SkillIndex, skill_id: str, shapes: list[dict[str, int]], **kw: Any) -> list[dict[str, Any]]:
@@ -168,7 +181,13 @@ def run_skill(index: SkillIndex, skill_id: str, shapes: list[dict[str, int]], **
     be = backend if isinstance(backend, Backend) else make_backend(backend)
     items = [plan_item_for(index, card, shape, be, kw.get("arch")) for shape in shapes]
     kw.setdefault("profile_source", None)
-    return [execute_item(index, it, backend=be, **kw) for it in items]
+    on_item = kw.pop("on_item", None)
+    results = []
+    for i, it in enumerate(items):
+        _tell(on_item, "start", i, len(items), it)
+        results.append(execute_item(index, it, backend=be, **kw))
+        _tell(on_item, "done", i, len(items), it, results[-1])
+    return results
 
 
 def plan_item_for(index: SkillIndex, card: SkillCard, shape: dict[str, int], be: Backend, arch: str | None = None) -> PlanItem:

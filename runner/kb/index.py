@@ -77,14 +77,14 @@ class SkillIndex:
                     raise SkillRunError(f"card {skill_id!r} is invalid and not used: {errs[0].reason}"
                                         + (f" (and {len(errs) - 1} more problems; run `skill-run lint`)" if len(errs) > 1 else ""),
                                         path=path, field=errs[0].field)
-            known = ", ".join(sorted(self.skills)) or "none"
-            raise UsageError(f"unknown skill {skill_id!r}", field="skill_id", hint=f"known skills: {known}")
+            raise UsageError(f"unknown skill {skill_id!r}" + _did_you_mean(skill_id, self.skills), field="skill_id",
+                             hint="known skills: " + (", ".join(sorted(self.skills)) or "none"))
         return self.skills[skill_id]
 
     def fact(self, fact_id: str) -> FactCard:
         if fact_id not in self.facts:
-            known = ", ".join(sorted(self.facts)) or "none"
-            raise UsageError(f"unknown fact {fact_id!r}", field="fact_id", hint=f"known facts: {known}")
+            raise UsageError(f"unknown fact {fact_id!r}" + _did_you_mean(fact_id, self.facts), field="fact_id",
+                             hint="known facts: " + (", ".join(sorted(self.facts)) or "none"))
         return self.facts[fact_id]
 
     def device_facts(self, arch: str | None) -> dict[str, Any]:
@@ -93,3 +93,11 @@ class SkillIndex:
             return {}
         fact = self.facts.get(device_fact_id(arch))
         return dict(fact.data.get("data", {})) if fact else {}
+
+
+def _did_you_mean(name: str, known: Any) -> str:
+    """'; did you mean X?' for a near miss of a card or fact id (a typo, a missing _sm90), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name)[:200], sorted(known), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

@@ -69,7 +69,15 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
         raise UsageError(f"recipe {r.name} already has {same}: nothing to ablate", field="set")
     ablated_cfg = {**r.config, **changes}
     claim = T.claim_for(card, r.name, changes)
-    ctx = task_context(card, shape, be, r.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds, warmup=warmup,
+    ran_shape, proxy_note = shape, None
+    if not be.gpu:
+        # As `run` does: the interpreter on a production shape takes hours (it timed out after 60 s
+        # per task); both configs run on the runner's proxy shape, recorded in the artifact.
+        from skillrun.execute.proxy import proxy_shape
+
+        ran_shape, how = proxy_shape(shape)
+        proxy_note = f"CPU numerics on the proxy shape {shape_text(ran_shape)} (asked {shape_text(shape)}); proxy chosen by {how}"
+    ctx = task_context(card, ran_shape, be, r.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds, warmup=warmup,
                cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
     rec = base_record("ablation", card, shape, be,
                       {"name": r.name, "untuned": untuned, "kernel": r.kernel, "backend": r.backend, "config": dict(r.config)},
@@ -94,6 +102,9 @@ def ablate_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], sets: 
                           "ratio_ablated_over_recipe": None, "noise_pct": None, "load_bearing": None,
                           "direction": "not_timed", "agrees_with_card": None}
     rec["ablation"] = ab
+    if proxy_note:
+        rec["proxy_shape"] = dict(ran_shape)
+        rec["notes"] = [*rec.get("notes", []), proxy_note]
     if rows[0]["status"] != "survivor":
         _done(rec, "incumbent_failed", f"recipe {r.name} did not pass the gate ({rows[0]['status']}: {rows[0]['reason'][:300]})")
     elif rows[1]["status"] != "survivor":
