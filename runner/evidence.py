@@ -138,6 +138,11 @@ class Summary:
     recorded_verdict: Optional[str] = None
     # The card's production kernels today (empty when the card names none or was not consulted).
     production_names: list[str] = field(default_factory=list)
+    # Which timing engine took a GPU measurement: "held" (every round held on the device until queued,
+    # positions balanced) or "position_biased" (before December 2026: slot order alternated after an
+    # idle gap, so whichever slot went first paid the host's launch latency; ports read up to 45 %
+    # slow). None when nothing was timed on a GPU.
+    engine: Optional[str] = None
 
     @property
     def failing_references(self) -> list[RefView]:
@@ -152,6 +157,14 @@ class Summary:
 
         # "—" and "unknown" are what a table shows for a missing value; JSON says null.
         return {k: (None if v in ("—", "unknown", "") else v) if isinstance(v, str) else v for k, v in asdict(self).items()}
+
+
+def timing_engine(rec: dict[str, Any]) -> Optional[str]:
+    """"held" or "position_biased" for a GPU-timed record, None otherwise (see Summary.engine)."""
+    t = rec.get("timing") or {}
+    if rec.get("mode") != "gpu_measured" or not t.get("port_ms"):
+        return None
+    return "held" if isinstance(t.get("hold"), dict) else "position_biased"
 
 
 def speed_axis(speedup: Optional[float], noise_pct: Optional[float]) -> str:
@@ -281,6 +294,7 @@ def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -
         verdict=verdict, verdict_text=str(text), mode=str(rec.get("mode") or "—"),
         device=str(dev.get("name") or "—"), device_class=device_class(rec), created=str(rec.get("created") or ""),
         commit=str(runner.get("git_revision") or "unknown")[:12], dirty=bool(runner.get("dirty")),
+        engine=timing_engine(rec),
         timing_mode=timing_mode, noise_pct=round(noise, 4) if noise is not None else None, speedup=speedup,
         versus=versus, versus_production=versus_production, speed=speed,
         port_parity=port.get("passed") if port else None, port_rel_fro=_f(port.get("rel_fro")), port_ms=port_ms,

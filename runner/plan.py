@@ -68,7 +68,7 @@ def _evidence_dict(e) -> dict[str, Any]:
     return {"path": e.path, "created": s.created, "age": age_text(e.created), "speedup": s.speedup, "versus": s.versus,
             "versus_production": s.versus_production, "noise_pct": s.noise_pct, "speed": s.speed, "verdict": s.verdict,
             "verdict_text": s.verdict_text, "device": s.device_class, "commit": s.commit, "timing_mode": s.timing_mode,
-            "shape": e.shape, "card_edited": e.card_edited}
+            "shape": e.shape, "card_edited": e.card_edited, "engine": s.engine}
 
 
 def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, arch: Optional[str], device: Optional[str]) -> None:
@@ -83,6 +83,9 @@ def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, a
         if s.speedup is not None:
             item.expected_speedup = s.speedup
             item.expected_source = "measured"
+            if s.engine == "position_biased":
+                item.notes.append("timed by the earlier, position-biased engine (no device hold, slot order alternating): "
+                                  "its ratios can read up to 45% against the port; re-run to confirm")
             return
         item.notes.append(f"measured on {s.device_class} ({hit.path}, {item.evidence['age']}): {s.verdict}, no speedup "
                           f"({s.verdict_text[:160]}); the expected speedup stays the card's prior")

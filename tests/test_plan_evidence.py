@@ -92,3 +92,19 @@ def test_lever_is_scoped_to_the_shapes_it_was_measured_on(demo):
     line = next(l for l in plan_lines(type(a.plan)(profile="x", arch="sm_90", items=[it])) if "lever" in l)
     assert "measured on M=16384,N=7168,K=768, not this shape" in line
     assert it.next_command is not None and it.expected_source == "card_prior"
+
+
+def test_measurements_say_which_timing_engine_took_them(demo):
+    """Artifacts timed before the device hold are marked, and a plan quoting one says so."""
+    from skillrun.evidence import summarize
+    from skillrun.validation import load_artifact
+
+    root = Path(__file__).resolve().parents[1] / "validation" / CARD
+    old = summarize(load_artifact(root / "20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml"))
+    new = summarize(load_artifact(root / "20261202T010824Z_prefill_very_wide_n_M4096xN65536xK1536_gpu_measured.yaml"))
+    assert old.engine == "position_biased" and new.engine == "held"
+    _, a = demo
+    by_shape = {tuple(it.shape.values()): it for it in a.plan.items if it.skill_id == CARD}
+    assert any("position-biased engine" in n for n in by_shape[(64, 7168, 2048)].notes)
+    assert not any("position-biased engine" in n for n in by_shape[(4096, 65536, 1536)].notes)
+    assert by_shape[(4096, 65536, 1536)].evidence["engine"] == "held"
