@@ -16,7 +16,7 @@ from kbfixture import CARD, make_kb, write_card
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
 from skillrun.kb.index import SkillIndex
-from skillrun.kb.lint import lint
+from skillrun.lint import lint
 from skillrun.kb.tolerance import ENGINE_LIMITS, family_limits
 
 pytestmark = pytest.mark.timeout(120)
