@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from skillrun.execute.isolate import _tail, child_env, describe_exit
+from skillrun.execute.childproc import _tail, child_env, describe_exit
 
 PROBE_LAUNCHES = 2
 # The default deadline on a GPU (runner and tuner): a slot's compile plus two launches of a large
