@@ -95,6 +95,47 @@ def test_runs_report_item_by_item_on_a_terminal_and_stay_silent_when_piped(monke
         assert on_item is None  # nothing is drawn into a pipe or a log
 
 
+def test_progress_estimates_the_time_left_from_the_items_finished_so_far():
+    import io
+
+    from rich.console import Console
+
+    from skillrun.cli.common import ItemProgress
+
+    now = [0.0]  # an injected clock: item 1 takes 10 s, item 2 takes 20 s
+    buf = io.StringIO()
+    tty = Console(file=buf, force_terminal=True, width=160, color_system=None)
+    items = [PlanItem(skill_id="c", kernel="k", pct_gpu=1.0, shape={"M": m}) for m in (1, 2, 3, 4)]
+    with ItemProgress(tty, clock=lambda: now[0]) as on_item:
+        on_item("start", 0, 4, items[0])
+        assert on_item.time_left(0, 4) is None  # nothing finished: no guess
+        now[0] += 10
+        on_item("done", 0, 4, items[0], {"verdict": "validated", "speedup": 1.1})
+        assert on_item.time_left(1, 4) == 30  # 3 left at 10 s each
+        on_item("start", 1, 4, items[1])
+        now[0] += 20
+        on_item("done", 1, 4, items[1], {"verdict": "slower", "speedup": 0.9})
+        assert on_item.time_left(2, 4) == 30  # 2 left at the 15 s mean
+        on_item("start", 2, 4, items[2])
+        now[0] += 15
+        on_item("done", 2, 4, items[2], {"verdict": "validated", "speedup": 1.0})
+        on_item("start", 3, 4, items[3])
+        now[0] += 15
+        on_item("done", 3, 4, items[3], {"verdict": "validated", "speedup": 1.0})
+    text = buf.getvalue()
+    assert "[1/4] c M=1: validated 1.100× (10.0 s; about 30 s left (estimate))" in text
+    assert "[2/4] c M=2: slower 0.900× (20.0 s; about 30 s left (estimate))" in text
+    assert "running [2/4] c M=2 … (about 30 s left (estimate))" in text  # the live line says it too
+    assert "[4/4] c M=4: validated 1.000× (15.0 s)" in text  # the last item: nothing left to estimate
+    assert "left" not in text.split("[4/4] c M=4: ")[1]
+
+
+def test_durations_read_as_a_person_says_them():
+    from skillrun.cli.common import _seconds
+
+    assert [_seconds(x) for x in (4.4, 59.6, 200, 3900)] == ["4 s", "1 min 00 s", "3 min 20 s", "1 h 05 min"]
+
+
 def test_help_is_grouped_short_h_works_and_ids_get_a_did_you_mean():
     res = _cli("-h")
     assert res.returncode == 0

@@ -15,7 +15,7 @@ import sys
 from enum import Enum
 from functools import wraps
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -329,13 +329,18 @@ class busy:
 
 class ItemProgress:
     """Item-by-item progress of runs on stderr, only when stderr is a terminal: a live line for the
-    item running (with its elapsed time), and one line per finished item with its verdict and time.
+    item running (with its elapsed time), and one line per finished item with its verdict and time,
+    followed by an estimate of the time left once an item has finished.
     Use as ``with ItemProgress() as on_item: api.execute(..., on_item=on_item)``."""
 
-    def __init__(self, stream: Optional[Console] = None):
+    def __init__(self, stream: Optional[Console] = None, clock: Optional[Callable[[], float]] = None):
+        import time
+
         self.console = stream or err
+        self.clock = clock or time.monotonic  # injectable so the estimate is testable without sleeping
         self.live = None
         self.t0 = 0.0
+        self.durations: list[float] = []
 
     def __enter__(self):
         return self if self.console.is_terminal else None
@@ -345,9 +350,18 @@ class ItemProgress:
             self.live.stop()
             self.live = None
 
-    def __call__(self, event: str, i: int, n: int, item: Any, result: Optional[dict] = None) -> None:
-        import time
+    def time_left(self, done: int, n: int) -> Optional[float]:
+        """Seconds left for the n - done items not finished, from the mean time of the items finished
+        so far; None before any has finished (a guess from nothing would only mislead)."""
+        if not self.durations or done >= n:
+            return None
+        return sum(self.durations) / len(self.durations) * (n - done)
 
+    def _left_words(self, done: int, n: int) -> str:
+        left = self.time_left(done, n)
+        return "" if left is None else f"about {_seconds(left)} left (estimate)"
+
+    def __call__(self, event: str, i: int, n: int, item: Any, result: Optional[dict] = None) -> None:
         from rich.status import Status
 
         from skillrun.verdict import verdict_style
@@ -355,19 +369,33 @@ class ItemProgress:
         shape = ",".join(f"{k}={v}" for k, v in (getattr(item, "shape", None) or {}).items())
         what = f"[{i + 1}/{n}] {safe(item.skill_id)} {safe(shape)}"
         if event == "start":
-            self.t0 = time.monotonic()
-            self.live = Status(f"running {what} …", console=self.console)
+            self.t0 = self.clock()
+            left = self._left_words(i, n)
+            self.live = Status(f"running {what} …" + (f" [dim]({left})[/]" if left else ""), console=self.console)
             self.live.start()
             return
         if self.live is not None:
             self.live.stop()
             self.live = None
+        took = self.clock() - self.t0
+        self.durations.append(took)
         v = str((result or {}).get("verdict") or "—")
         sp = (result or {}).get("speedup")
         style = verdict_style(v)
         word = f"[{style}]{safe(v)}[/]" if style else safe(v)
+        left = self._left_words(i + 1, n)
         self.console.print(f"{what}: {word}" + (f" {sp:.3f}×" if isinstance(sp, (int, float)) else "")
-                           + f" [dim]({time.monotonic() - self.t0:.1f} s)[/]", highlight=False)
+                           + f" [dim]({took:.1f} s" + (f"; {left}" if left else "") + ")[/]", highlight=False)
+
+
+def _seconds(s: float) -> str:
+    """A duration as a person reads it: 45 s, 3 min 20 s, 1 h 05 min."""
+    s = max(0, round(s))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 # --------------------------------------------------------------------------- runs without a GPU
