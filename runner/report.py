@@ -20,6 +20,7 @@ bars, one label per row, so labels cannot collide). Every string from an artifac
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -381,6 +382,43 @@ def terminal_report(ev: EvidenceIndex):
     return Group(*parts)
 
 
+def samples_text(path: str, rec: dict[str, Any]):
+    """The raw-sample distribution of one artifact for the terminal: a line per slot (kept samples
+    of all timed, p10 / median / p90 ms, the median per position in the round, first launched
+    first), the hold, and the engine's warnings. None for an artifact without raw samples."""
+    from rich.text import Text
+
+    from skillrun.samples import distributions
+    from skillrun.termtext import plain
+
+    d = distributions(rec)
+    if d is None:
+        return None
+    width = max(len(plain(s.slot)) for s in d.slots)
+    out = Text(f"raw samples: {plain(path)}\n", style="bold")
+    if d.hold:
+        out.append(f"  {plain(d.hold)}\n", style="dim")
+    out.append(f"  {'slot':<{width}}   kept      p10   median      p90 ms   median ms by position (first launched first)\n",
+               style="dim")
+    for s in d.slots:
+        pos = " ".join("—" if v is None else f"{v:.4g}" for v in s.by_position) or "—"
+        out.append(f"  {plain(s.slot):<{width}}  {len(s.kept_ms):>3}/{s.total:<3} {s.p10:>8.4g} {s.median:>8.4g} "
+                   f"{s.p90:>8.4g}      {pos}\n")
+    for w in d.warnings:
+        out.append("  warning: ", style="yellow")
+        out.append(plain(w) + "\n")
+    return out
+
+
+def samples_report(ev: EvidenceIndex):
+    """Raw-sample distributions of every current artifact that has them, with the summary's row
+    order (None when none has)."""
+    from rich.console import Group
+
+    parts = [t for t in (samples_text(e.path, e.record) for e in ev.current_entries()) if t is not None]
+    return Group(*parts) if parts else None
+
+
 def e2e_rows(ev: EvidenceIndex) -> list[dict[str, str]]:
     """One row per `skill-run e2e` record, newest first: the measured gain beside the projection."""
     def pct(x: Any) -> str:
@@ -543,6 +581,82 @@ def timing_svg(rec: dict[str, Any]) -> str | None:
     return hbar_svg("median time per slot (whiskers p10–p90)", rows, "ms", floor, "physical floor" if floor else None)
 
 
+def samples_svg(rec: dict[str, Any]) -> str | None:
+    """Each slot's kept samples as a strip (one dot per sample, spread up and down by round so
+    repeats stay visible) over its p10–p90 box with the median marked. At most 720 px wide, so an
+    800 px page shows its 11 px text at full size. None for an artifact without raw samples."""
+    from skillrun.samples import distributions
+
+    d = distributions(rec)
+    if d is None:
+        return None
+    e = html.escape
+    row_h, top, bottom = 30, 26, 40
+    texts = [f"{s.median:.4g} ms · {len(s.kept_ms)}/{s.total} kept" for s in d.slots]
+    labels = [s.slot if len(s.slot) <= 30 else s.slot[:29] + "…" for s in d.slots]
+    label_w = int(max(len(x) for x in labels) * _CHAR) + 14
+    text_w = int(max(len(x) for x in texts) * _CHAR) + 12
+    plot_w = max(200, 720 - label_w - text_w)
+    width, height = label_w + plot_w + text_w, top + row_h * len(d.slots) + bottom
+    lo = min(min(s.kept_ms) for s in d.slots)
+    hi = max(max(s.kept_ms) for s in d.slots)
+    pad = (hi - lo) * 0.05 or hi * 0.05 or 1.0
+    lo, hi = max(0.0, lo - pad), hi + pad
+    x = lambda v: label_w + plot_w * (v - lo) / (hi - lo)  # noqa: E731
+    title = "kept samples per slot, ms (box: p10–p90, bar: median)"
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" role="img" aria-label="raw samples" font-family="ui-monospace,Menlo,Consolas,monospace" '
+           f'font-size="{_FONT}">', f'<text x="4" y="15" font-size="{_FONT + 1}" font-weight="600">{e(title)}</text>']
+    axis_y = top + row_h * len(d.slots) + 4
+    # Axis ticks at 1, 2 or 5 times a power of ten, at most five, so their labels never touch.
+    mag = 10 ** math.floor(math.log10((hi - lo) / 5))
+    step = next(m * mag for m in (1, 2, 5, 10) if (hi - lo) / (m * mag) <= 5)
+    k = math.ceil(lo / step)
+    while k * step <= hi:
+        xt = x(k * step)
+        out.append(f'<line x1="{xt:.1f}" y1="{top - 4}" x2="{xt:.1f}" y2="{axis_y}" stroke="#eaeef2"/>')
+        out.append(f'<text x="{xt:.1f}" y="{axis_y + 14}" text-anchor="middle" fill="#57606a">{k * step:.6g}</text>')
+        k += 1
+    # Dots: a deterministic sample of at most 300 per slot, so a huge artifact cannot make a huge page.
+    for i, (s, label, text) in enumerate(zip(d.slots, labels, texts)):
+        y = top + i * row_h
+        ym = y + row_h / 2
+        color = "#0969da" if s.slot == "port" else "#6e7781"
+        out.append(f'<text x="{label_w - 8}" y="{ym + 4:.1f}" text-anchor="end">{e(label)}<title>{e(s.slot)}</title></text>')
+        out.append(f'<rect x="{x(s.p10):.1f}" y="{y + 5}" width="{max(1.0, x(s.p90) - x(s.p10)):.1f}" height="{row_h - 10}" '
+                   f'fill="{color}" fill-opacity="0.12" stroke="{color}" stroke-opacity="0.5"/>')
+        pts = s.kept_ms[:: max(1, math.ceil(len(s.kept_ms) / 300))]
+        for j, v in enumerate(pts):
+            out.append(f'<circle cx="{x(v):.1f}" cy="{ym + ((j * 7) % 13 - 6) * 0.8:.1f}" r="2" fill="{color}" fill-opacity="0.6"/>')
+        out.append(f'<path d="M{x(s.median):.1f},{y + 3}V{y + row_h - 3}" stroke="#24292f" stroke-width="2"/>')
+        out.append(f'<text x="{label_w + plot_w + 6}" y="{ym + 4:.1f}">{e(text)}</text>')
+    out.append(f'<text x="{label_w + plot_w:.1f}" y="{axis_y + 30}" text-anchor="end" fill="#57606a">ms</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def samples_html(rec: dict[str, Any]) -> str | None:
+    """The strip chart with the per-position medians, the hold and the engine's warnings under it."""
+    from skillrun.samples import distributions
+
+    d = distributions(rec)
+    if d is None:
+        return None
+    e = html.escape
+    rows = "".join("<tr><td>" + _brk(s.slot) + "</td>" + "".join(
+        f"<td class='num'>{'—' if v is None else f'{v:.4g}'}</td>" for v in s.by_position) + "</tr>" for s in d.slots)
+    n = max(len(s.by_position) for s in d.slots)
+    parts = [samples_svg(rec)]
+    if n:
+        parts.append("<table class='positions'><thead><tr><th>median ms by position (0 = launched first)</th>"
+                     + "".join(f"<th>{i}</th>" for i in range(n)) + f"</tr></thead><tbody>{rows}</tbody></table>")
+    if d.hold:
+        parts.append(f"<p class='muted'>{e(d.hold)}</p>")
+    if d.warnings:
+        parts.append("<ul>" + "".join(f"<li class='warn'>{e(w)}</li>" for w in d.warnings) + "</ul>")
+    return "<div class='samples'><p><b>raw samples</b></p>" + "".join(parts) + "</div>"
+
+
 # ---------------------------------------------------------------------------------------- HTML
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:16px;color:#24292f;max-width:1400px}
@@ -562,6 +676,7 @@ dl.meta dt{color:#57606a}dl.meta dd{margin:0}
 .tag.stale{background:#fff8c5;border-color:#d4a72c}.tag.cur{background:#dafbe1;border-color:#4ac26b}
 table.sortable th{cursor:pointer}table.sortable th:after{content:" \\2195";color:#8c959f}
 ol.legend{font-size:12px;margin:4px 0 10px 0;padding-left:26px}
+table.positions{width:auto}li.warn{color:#9a6700;font-size:12px}
 """
 
 # Sorting without a library or the network: a click on a header sorts its table's body by that
@@ -677,6 +792,9 @@ def _details_body(rec: dict[str, Any]) -> str:
     chart = timing_svg(rec)
     if chart:
         parts.append(chart)
+    dist = samples_html(rec)
+    if dist:
+        parts.append(dist)
     notes = rec.get("notes") or []
     if notes:
         parts.append("<ul>" + "".join(f"<li>{e(str(n))}</li>" for n in notes) + "</ul>")

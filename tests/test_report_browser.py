@@ -72,6 +72,7 @@ window.addEventListener('load', () => {
     if (h > 0 && h < 9) res.tiny.push(t.textContent.slice(0, 40) + ' @' + h.toFixed(1) + 'px');
   }
   res.sortable = document.querySelectorAll('table.sortable').length;
+  res.sample_charts = [...document.querySelectorAll('svg[aria-label="raw samples"]')].filter(s => s.getBoundingClientRect().width > 0).length;
   const pre = document.createElement('pre'); pre.id = 'layout-check'; pre.textContent = JSON.stringify(res);
   document.body.appendChild(pre);
 });
@@ -113,6 +114,7 @@ def test_report_lays_out_without_overflow(repo_page: str, width: int, tmp_path: 
     assert res["split"] == [], f"numbers or ids broken across lines at {width}px: {res['split'][:8]}"
     assert res["tiny"] == [], f"chart text below 9 px at {width}px: {res['tiny'][:5]}"
     assert res["sortable"] >= 1
+    assert res["sample_charts"] >= 5  # the held-engine artifacts' raw samples, laid out and checked like every chart
 
 
 def test_report_has_roofline_absolute_throughput_and_readable_details(repo_page: str):

@@ -102,13 +102,16 @@ def check_cmd(skill_id: str = typer.Argument(..., metavar="CARD", help="Id of a 
 @guarded
 def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIFACT_OR_DIR", help="Validation artifacts or folders (default: validation/)."),
                html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write a self-contained HTML page here."),
-               fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
+               fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP),
+               samples: bool = typer.Option(False, "--samples", help="Also show each current artifact's raw timing samples "
+                                            "per slot: kept count, p10 / median / p90 ms, median per position in the round, "
+                                            "and the timing engine's warnings (shown anyway when one artifact file is named).")):
     """A reviewer's summary of validation artifacts: current / superseded / stale, measured GPU evidence
-    first (and an HTML page with charts).
+    first (and an HTML page with charts and raw-sample distributions).
 
     Example: skill-run report validation/triton_fp8_blockscale_gemm_sm90 --html report.html
     """
-    from skillrun.report import evidence_answer, terminal_report, write_html
+    from skillrun.report import evidence_answer, samples_report, terminal_report, write_html
     from skillrun.validation import load_artifact
 
     idx = index()
@@ -129,6 +132,11 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
         out.print(evidence_answer(ev))
         if not html:  # with --html the page is the report; the terminal gets the answer and its path
             out.print(terminal_report(ev))
+        # One artifact named on its own is a close look at one run: its samples come with it.
+        one_file = bool(paths) and len(paths) == 1 and Path(paths[0]).is_file() and not html
+        dist = samples_report(ev) if samples or one_file else None
+        if dist is not None:
+            out.print(dist)
     if html:
         (console() if kind == "table" else err).print(f"wrote {safe(page)}")
 
