@@ -133,7 +133,7 @@ def test_progress_estimates_the_time_left_from_the_items_finished_so_far():
 def test_durations_read_as_a_person_says_them():
     from skillrun.cli.common import _seconds
 
-    assert [_seconds(x) for x in (4.4, 59.6, 200, 3900)] == ["4 s", "1 min 00 s", "3 min 20 s", "1 h 05 min"]
+    assert [_seconds(x) for x in (0.2, 4.4, 59.6, 200, 3900)] == ["under 1 s", "4 s", "1 min 00 s", "3 min 20 s", "1 h 05 min"]
 
 
 def test_help_is_grouped_short_h_works_and_ids_get_a_did_you_mean():

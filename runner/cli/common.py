@@ -389,8 +389,10 @@ class ItemProgress:
 
 
 def _seconds(s: float) -> str:
-    """A duration as a person reads it: 45 s, 3 min 20 s, 1 h 05 min."""
-    s = max(0, round(s))
+    """A duration as a person reads it: under 1 s, 45 s, 3 min 20 s, 1 h 05 min."""
+    if s < 0.5:
+        return "under 1 s"
+    s = round(s)
     if s < 60:
         return f"{s} s"
     if s < 3600:
