@@ -20,8 +20,13 @@ Building compiles/JITs (untimed). ``prepare`` turns problem inputs into the kern
 (preshuffle, scale layouts; untimed); ``run`` is the timed launch and writes into ``out`` when the
 kernel can (so the harness can poison ``out`` and catch unwritten elements).
 
-FlyDSL modules additionally expose ``compile_only(shape, config, arch) -> dict`` returning the
-compiled facts (vgpr/agpr/spills/scratch/LDS, ISA opcode counts) for static gating on a CPU.
+FlyDSL and Triton/Gluon (sm_90) port modules additionally expose
+``compile_only(shape, config, arch) -> dict``: compile exactly what ``build(shape, config)`` would
+launch, on a CPU, and return ``{"arch", "kernels": [{"name", ...facts}], ...}``. FlyDSL facts are
+vgpr/agpr/spills/scratch/LDS and ISA opcode counts (static gates, ``skill-run check``); a Triton port
+(``arch="sm_90a"``) reports per GEMM kernel ``regs``, ``spill_store_bytes``, ``shared_bytes``,
+``fits_smem``, ``wgmma``, ``mma_sync`` and ``ptxas_wgmma_serialized``, read through
+``skillrun_kernels._triton.compile`` (benchmarks/compile_check_sm90.py, tests/test_triton_sm90_compile.py).
 """
 from __future__ import annotations
 

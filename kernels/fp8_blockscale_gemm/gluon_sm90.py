@@ -848,4 +848,10 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
             facts["sass_utmastg"] = len(re.findall(r"\bUTMASTG\b", sass))
         except (OSError, subprocess.SubprocessError) as exc:  # tools missing: report what we have
             facts["tool_error"] = f"{type(exc).__name__}: {exc}"
+    # the per-kernel facts every sm_90 port's compile_only gives (kernels/protocol.py)
+    facts["arch"] = arch
+    facts["kernels"] = [{"name": KERNEL_NAME, "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
+                         **{k: facts.get(k) for k in ("shared_bytes", "fits_smem", "wgmma", "regs", "spill_store_bytes",
+                                                      "spill_load_bytes", "stack_bytes", "ptxas_wgmma_serialized",
+                                                      "compile_s")}}]
     return facts

@@ -210,4 +210,14 @@ def min_bytes(shape: dict, active_experts: float | None = None) -> float:
 
 
 __all__ = ["SHAPE_KEYS", "SHAPES", "FP8_MAX", "dims", "make_inputs", "oracle", "oracle_stage1", "oracle_stage2",
-           "quantize_rows_1x128", "output_like", "flops", "min_bytes", "expected_active_experts"]
+           "quantize_rows_1x128", "output_like", "flops", "min_bytes", "expected_active_experts", "ci_shape"]
+
+
+def ci_shape(shape: dict | None) -> dict:
+    """The shape CI compiles a recipe at: its own regime (tokens, experts, topk pick the config) with
+    model_dim and inter_dim rounded down to whole 128 blocks, so a recipe whose representative shape is
+    deliberately off the tuned table (the untuned fallback's model_dim 7000) still compiles; a valid
+    shape is returned unchanged. Without a shape, the first decode shape."""
+    if not shape:
+        return dict(SHAPES[0])
+    return {**shape, **{k: max(BLOCK, int(shape[k]) // BLOCK * BLOCK) for k in ("model_dim", "inter_dim")}}

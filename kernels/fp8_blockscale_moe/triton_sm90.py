@@ -161,7 +161,7 @@ def _moe_fp8bs_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 # Regime by rows per expert r = tokens * topk / experts (DeepSeek-V3: r = tokens / 32). Starting points
-# chosen by compiling only (benchmarks/compile_check_moe_fp8_sm90.py, ptxas for sm_90a: the configs with
+# chosen by compiling only (compile_only below; benchmarks/compile_check_sm90.py, ptxas for sm_90a: the configs with
 # the fewest spill bytes of a small sweep; compile_sm90.json), NOT by timing: no H200 run exists yet.
 DEFAULT_DECODE = {"BLOCK_M": 16, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 64, "warps2": 4, "stages2": 3}
 DEFAULT_MID = {"BLOCK_M": 32, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 128, "warps2": 8, "stages2": 3}
@@ -296,3 +296,35 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
 
     return KernelLaunch(name="triton_sm90_moe_fp8_blockscale", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
                         describe={"backend": "triton", "config": cfg, "tuned": False, "launches": 5})
+
+
+def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """Compile the two GEMM kernels ``build(shape, config)`` would launch for ``arch`` (no GPU) and
+    return their static facts (kernels/protocol.py); the cast kernel is not a GEMM and is left out."""
+    from skillrun_kernels._triton.compile import compile_facts
+
+    t, d, i, e, k = problem.dims(shape)
+    cfg = pick_config(t, k, e)
+    cfg.update(config or {})
+    check_config(cfg, d, i)
+    routing = ("sorted_ptr", "block_expert_ptr", "valid_end_ptr", "num_rows_ptr")
+    s1_types = {"a_ptr": "*fp8e4nv", "as_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "h_ptr": "*fp8e4nv",
+                "hs_ptr": "*fp32", "zero_ptr": "*fp32", **{r: "*i32" for r in routing},
+                "zero_numel": "i64", "zero_per_prog": "i64"}
+    s2_types = {"h_ptr": "*fp8e4nv", "hs_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "acc_ptr": "*fp32",
+                "tw_ptr": "*fp32", **{r: "*i32" for r in routing}}
+    # contiguous operands (prepare makes the weights so): w1 (E, 2I, D), w2 (E, D, I), scales per 128x128
+    s1_vals = {"D": d, "I": i, "stride_at": d, "stride_ast": d // BLOCK_K, "stride_we": 2 * i * d, "stride_wn": d,
+               "stride_wse": (2 * i // BLOCK_K) * (d // BLOCK_K), "stride_wsn": d // BLOCK_K, "stride_ht": i,
+               "stride_hst": i // BLOCK_K}
+    s2_vals = {"I": i, "stride_ht": i, "stride_hst": i // BLOCK_K, "stride_we": d * i, "stride_wn": i,
+               "stride_wse": (d // BLOCK_K) * (i // BLOCK_K), "stride_wsn": i // BLOCK_K, "stride_at": d}
+    kernels = []
+    for fn, types, vals, n, warps, stages in (
+        (_moe_fp8bs_gate_up_kernel, s1_types, s1_vals, "BLOCK_N1", "warps1", "stages1"),
+        (_moe_fp8bs_down_kernel, s2_types, s2_vals, "BLOCK_N2", "warps2", "stages2"),
+    ):
+        consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg[n], "BLOCK_K": BLOCK_K}
+        kernels.append(compile_facts(fn, types=types, constexprs=consts, divisible=[a for a, ty in types.items() if ty[0] == "*"],
+                                     values=vals, num_warps=cfg[warps], num_stages=cfg[stages], arch=arch))
+    return {"arch": arch, "config": cfg, "kernels": kernels}

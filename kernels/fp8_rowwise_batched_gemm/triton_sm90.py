@@ -288,3 +288,36 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         expect_kernels=EXPECT_KERNELS,
         describe={"backend": "triton", "config": {**cfg, "w_layout": layout}, "tuned": tuned},
     )
+
+
+def resolved_config(shape: dict, config: dict | None) -> dict:
+    """The config ``build`` launches for this shape (tuned entry or regime default under the card's keys)."""
+    b, m, n, k = (int(shape[key]) for key in ("batch", "M", "N", "K"))
+    cfg = dict(config or {})
+    cfg.setdefault("w_layout", "nk")
+    if not all(key in cfg for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
+        cfg = {**pick_config(b, m, n, k)[0], **cfg}
+    cfg.setdefault("precise_acc", default_precise_acc(k))
+    return cfg
+
+
+def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """Compile the kernel ``build(shape, config)`` would launch for ``arch`` (no GPU) and return its
+    static facts (kernels/protocol.py): registers, spills, shared memory, wgmma vs mma.sync."""
+    from skillrun_kernels._triton.compile import compile_facts
+
+    cfg = resolved_config(shape, config)
+    bk = cfg["BLOCK_K"]
+    kn = cfg["w_layout"] == "kn"
+    # Unit strides are specialised to the constant 1 by the JIT at run time, as here.
+    _b, m, n, k = (int(shape[key]) for key in ("batch", "M", "N", "K"))
+    consts = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": bk, "GROUP_M": cfg.get("GROUP_M", 8),
+              "EVEN_K": k % bk == 0, "PRECISE_ACC": _precise_acc_constexpr(cfg["precise_acc"], bk),
+              "stride_xk": 1, "stride_on": 1, ("stride_wn" if kn else "stride_wk"): 1}
+    ptrs = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "ws_ptr": "*fp32", "out_ptr": "*bf16"}
+    # the launch's operands are contiguous (prepare_weights), so their strides follow from the shape
+    values = {"M": m, "N": n, "K": k, "stride_xb": m * k, "stride_xm": k, "stride_wb": n * k,
+              ("stride_wk" if kn else "stride_wn"): n if kn else k, "stride_ob": m * n, "stride_om": n}
+    facts = compile_facts(_fp8_rowwise_bmm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
+                          num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3), arch=arch)
+    return {"arch": arch, "config": cfg, "kernels": [facts]}

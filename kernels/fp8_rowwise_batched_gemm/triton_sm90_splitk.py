@@ -228,3 +228,28 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         describe={"backend": "triton", "config": {**cfg, "w_layout": layout}, "splits_used": used,
                   "k_per_split": k_per, "launches": 2},
     )
+
+
+def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """Compile the split-K kernel ``build(shape, config)`` would launch for ``arch`` (no GPU) and return
+    its static facts (kernels/protocol.py). SPLIT_K is a run-time argument: it does not change the
+    compiled code; the finishing kernel is an elementwise copy and is left out."""
+    from skillrun_kernels._triton.compile import compile_facts
+
+    _b, m, n, k = (int(shape[key]) for key in ("batch", "M", "N", "K"))
+    cfg = {**DEFAULT, **dict(config or {})}
+    cfg.setdefault("w_layout", "nk")
+    cfg.setdefault("precise_acc", default_precise_acc(k))
+    check_config(cfg, k)
+    bk = cfg["BLOCK_K"]
+    kn = cfg["w_layout"] == "kn"
+    k_per = split_plan(k, bk, cfg["SPLIT_K"])[0]
+    consts = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": bk, "EVEN_K": k % bk == 0,
+              "PRECISE_ACC": _precise_acc_constexpr(cfg["precise_acc"], bk), "stride_xk": 1,
+              ("stride_wn" if kn else "stride_wk"): 1}  # unit strides: constants at run time too
+    ptrs = {"x_ptr": "*fp8e4nv", "w_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "ws_ptr": "*fp32", "acc_ptr": "*fp32"}
+    values = {"M": m, "N": n, "K": k, "k_per_split": k_per, "stride_xb": m * k, "stride_xm": k, "stride_wb": n * k,
+              ("stride_wk" if kn else "stride_wn"): n if kn else k}
+    facts = compile_facts(_fp8_rowwise_bmm_splitk_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs),
+                          values=values, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], arch=arch)
+    return {"arch": arch, "config": cfg, "kernels": [facts]}

@@ -617,3 +617,42 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
         expect_kernels=EXPECT_KERNELS,
         describe={"backend": "triton", "config": cfg, "tuned": tuned, "launches": 6 if splits > 1 else 5},
     )
+
+
+def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """Compile the two GEMM kernels ``build(shape, config)`` would launch for ``arch`` (no GPU) and
+    return their static facts (kernels/protocol.py); the routing, SiLU and cast kernels are not GEMMs
+    and are left out."""
+    from skillrun_kernels._triton.compile import compile_facts
+
+    t, d, i, e, k, g = (int(shape[key]) for key in ("tokens", "model_dim", "inter_dim", "experts", "topk", "group_size"))
+    cfg = pick_config(t, k, e, i, g)[0]
+    cfg.update(config or {})
+    check_config(cfg, d, i, g)
+    splits = split_k_steps(d, cfg["BLOCK_K1"], cfg.get("split_k1", 1))[1]
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*i8", "s_ptr": "*bf16", "h_ptr": "*bf16", "zero_ptr": "*fp32", "part_ptr": "*fp32",
+            "acc_ptr": "*fp32", "tw_ptr": "*fp32", "sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32",
+            "num_rows_ptr": "*i32"}
+    # zero_numel and zero_per_prog are 64-bit (do_not_specialize: never marked divisible)
+    s1_types = {**{a: ptrs[a] for a in ("x_ptr", "w_ptr", "s_ptr", "h_ptr", "zero_ptr", "part_ptr", "sorted_ptr",
+                                        "block_expert_ptr", "valid_end_ptr", "num_rows_ptr")},
+                "zero_numel": "i64", "zero_per_prog": "i64"}
+    s2_types = {a: ptrs[a] for a in ("h_ptr", "w_ptr", "s_ptr", "acc_ptr", "tw_ptr", "sorted_ptr", "block_expert_ptr",
+                                     "valid_end_ptr", "num_rows_ptr")}
+    # contiguous operands: packed int4 weights (E, 2I, D/2) and (E, D, I/2), scales (E, rows, K/group)
+    s1_vals = {"D": d, "I": i, "stride_xt": d, "stride_we": 2 * i * d // 2, "stride_wn": d // 2,
+               "stride_se": 2 * i * (d // g), "stride_sn": d // g, "stride_ht": i}
+    s2_vals = {"I": i, "stride_ht": i, "stride_we": d * i // 2, "stride_wn": i // 2, "stride_se": d * (i // g),
+               "stride_sn": i // g, "stride_at": d}
+    magic = INT4_CVT[cfg.get("int4_cvt", "i2f")]
+    kernels = []
+    for fn, types, vals, n, bk, split, warps, stages, extra in (
+        (_moe_a16wi4_gate_up_kernel, s1_types, s1_vals, "N1", "K1", "split1", "warps1", "stages1", {"SPLIT_K": splits}),
+        (_moe_a16wi4_down_kernel, s2_types, s2_vals, "N2", "K2", "split2", "warps2", "stages2", {}),
+    ):
+        consts = {"TOPK": k, "GROUP": g, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg[f"BLOCK_{n}"], "BLOCK_K": cfg[f"BLOCK_{bk}"],
+                  "NG": max(cfg[f"BLOCK_{bk}"] // g, 1), "SPLIT": bool(cfg[split]), "SCALE_ACC": bool(cfg["scale_acc"]),
+                  "MAGIC": magic, **extra}
+        kernels.append(compile_facts(fn, types=types, constexprs=consts, divisible=[a for a in types if a in ptrs],
+                                     values=vals, num_warps=cfg[warps], num_stages=cfg[stages], arch=arch))
+    return {"arch": arch, "config": cfg, "kernels": kernels}
