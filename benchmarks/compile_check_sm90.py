@@ -70,7 +70,9 @@ def run(job: dict) -> list[dict]:
         mod = importlib.import_module(job["module"])
         if not callable(getattr(mod, "compile_only", None)):
             raise TypeError(f"{job['module']} has no compile_only(shape, config, arch) (kernels/protocol.py)")
-        facts = mod.compile_only(job["shape"], job["config"], ARCH)
+        from skillrun_kernels._triton.compile import port_facts
+
+        facts = port_facts(mod, job["shape"], job["config"], ARCH)
         config = facts.get("config", job["config"])
         return [{**head, "shape": job["shape"], "config": config, **k} for k in facts["kernels"]]
     except Exception as exc:  # noqa: BLE001 - every port is untrusted input: report it, keep going

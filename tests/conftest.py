@@ -32,3 +32,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kb_root_is_reset_after_each_module():
+    """`--kb` (and api.load_index(kb)) pins the knowledge base for the whole process, as a CLI run
+    needs; a test module that points it at a fixture must not leave later modules reading that one."""
+    yield
+    from skillrun.kb.paths import set_kb_root
+
+    set_kb_root(None)

@@ -193,7 +193,8 @@ def test_full_loop_on_the_h200_trace(real_kb):
     analysis = res.tool_calls[0]["result"]
     assert analysis["ok"] is True, analysis
     assert analysis["profile"]["arch"] == "sm_90"
-    hot = analysis["hot_kernels"]
+    # A result cut to fit the model's budget ends its lists with a "… N more items" marker.
+    hot = [k for k in analysis["hot_kernels"] if isinstance(k, dict)]
     assert any(k["kernel"].startswith("nvjet_sm90_qqtst") for k in hot)
     shapes = [o["shape"] for k in hot for o in k["ops"] if o["op"] == "aten::_scaled_mm"]
     assert {"M": 2048, "N": 7168, "K": 4096} in [{d: s[d] for d in ("M", "N", "K")} for s in shapes if s]

@@ -75,7 +75,7 @@ def test_analysis_output_and_saved_file_are_scrubbed(tmp_path, monkeypatch):
     fake = api.Analysis(profile=prof, matches=MatchReport(profile=str(trace), arch="sm_90"), plan=Plan(profile=str(trace), arch="sm_90"))
     monkeypatch.setattr(api, "analyze", lambda *a, **k: fake)
     tools = {t.name: t for t in build_tools(SkillIndex.load(kb), allowed_paths=[trace])}
-    out = tools["analyze_profile"].invoke({"path": str(trace), "top": 50})
+    out = tools["analyze_profile"].invoke({"path": str(trace), "top": 50, "save_full": True})
     res = json.loads(out)
     assert res["ok"] and len(out) <= 6000
     for secret in (HF, GH, "s3cr3tvalue"):

@@ -16,7 +16,7 @@ from kbfixture import CARD, make_kb, write_card
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
 from skillrun.kb.index import SkillIndex
-from skillrun.lint import lint
+from skillrun.lint import check_cards, lint
 from skillrun.kb.tolerance import ENGINE_LIMITS, family_limits
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,7 +49,7 @@ def test_lint_refuses_a_tolerance_looser_than_the_engine_allows(tmp_path, tol, f
     root = make_kb(tmp_path, _card(tolerance=tol))
     errs = _errors(root, field)
     assert errs and "looser than this family allows" in errs[0].reason
-    idx = SkillIndex.load(root).check_cards()
+    idx = check_cards(SkillIndex.load(root))
     assert "toy_blockscale" not in idx.skills  # never matched or run
 
 
@@ -162,7 +162,7 @@ def test_list_reports_an_invalid_card_and_exits_1(tmp_path):
         assert r.returncode == 1, r.stderr
         assert "broken_card" in r.stderr and "invalid card" in r.stderr
         assert "toy_blockscale" in r.stdout  # the valid card is still listed
-    assert [row["id"] for row in json.loads(skill_run("list", "--json", kb=root).stdout)] == ["toy_blockscale"]
+    assert [row["id"] for row in json.loads(skill_run("list", "--json", kb=root).stdout)["cards"]] == ["toy_blockscale"]
 
 
 def test_show_never_prints_raw_escape_sequences_from_a_card(tmp_path):

@@ -95,7 +95,7 @@ def test_match_plan_list_report_formats():
     assert cards[0][:2] == ["id", "title"] and len(cards) > 1
     report = list(csv.DictReader(io.StringIO(_run("report", "--format", "csv"))))
     assert report and all(r["path"].endswith(".yaml") and (REPO / r["path"]).is_file() for r in report)
-    assert json.loads(_run("list", "--format", "json"))[0]["id"]
+    assert json.loads(_run("list", "--format", "json"))["cards"][0]["id"]
 
 
 def test_csv_neutralises_spreadsheet_formulas():

@@ -39,7 +39,7 @@ def blocked_kb(tmp_path_factory) -> Path:
 def test_a_finished_run_keeps_its_verdict_in_json_when_the_artifact_cannot_be_written(blocked_kb):
     r = skill_run("run", "defect_ok", "--shape", "48,32,64", "--backend", "cpu", "--seeds", "1", "--json", kb=blocked_kb)
     assert r.returncode == 1, r.stderr
-    (rec,) = json.loads(r.stdout)
+    (rec,) = json.loads(r.stdout)["results"]
     assert rec["verdict"] not in (None, "error") and rec["artifact"] is None
     assert str(blocked_kb / "validation") in rec["artifact_error"]
     assert "not saved" in r.stderr and "internal error" not in r.stderr

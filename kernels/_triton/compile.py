@@ -105,3 +105,25 @@ def compile_facts(fn, *, arch: str = "sm_90a", **kw) -> dict[str, Any]:
     t0 = time.perf_counter()
     ck = compile_kernel(fn, arch=arch, **kw)
     return kernel_facts(ck, fn.__name__, arch, time.perf_counter() - t0)
+
+
+def port_facts(module: Any, shape: dict, config: dict, arch: str = "sm_90a") -> dict[str, Any]:
+    """``module.compile_only(shape, config, arch)`` in the common shape (kernels/protocol.py).
+
+    A port whose ``compile_only`` predates that shape (the block-scale Triton port: its source is
+    what its H200 artifacts were measured with, and editing it would make them stale) returns its
+    facts at the top level; they are read into one ``kernels`` entry here instead."""
+    facts = module.compile_only(shape, config, arch)
+    if facts.get("kernels"):
+        return facts
+    shared = int(facts.get("shared_bytes") or 0)
+    local = facts.get("local")
+    kernel = {
+        "name": getattr(module, "KERNEL_NAME", module.__name__.rsplit(".", 1)[-1]),
+        "regs": facts.get("regs"),
+        "spill_store_bytes": local, "spill_load_bytes": local, "stack_bytes": facts.get("stack"),
+        "shared_bytes": shared, "fits_smem": shared <= SM90_SMEM_LIMIT,
+        "wgmma": int(facts.get("wgmma") or 0), "mma_sync": None,  # not counted by the legacy facts
+        "ptxas_wgmma_serialized": list(facts.get("ptxas_wgmma_serialized") or []),
+    }
+    return {**facts, "arch": arch, "kernels": [kernel]}

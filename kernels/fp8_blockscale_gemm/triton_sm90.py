@@ -439,42 +439,32 @@ def _fma_while_pending(ptx: str) -> int:
     return count
 
 
-def compile_only(shape: dict | None = None, config: dict | None = None, arch: str = "sm_90a") -> dict:
-    """Compile one variant for ``arch`` on this machine (no GPU needed) and return its static facts
-    (kernels/protocol.py: ``kernels`` holds registers, spills, shared memory, wgmma counts and ptxas's
-    serialisation verdict) and, at the top level, the wgmma / wgmma-wait structure of the PTX."""
+def compile_only(shape: dict | None = None, config: dict | None = None, arch: str = "sm_90") -> dict:
+    """Compile one variant for ``arch`` on this machine (no GPU needed) and return its static facts:
+    registers, spill/stack bytes, shared memory, and the wgmma / wgmma-wait structure of the PTX."""
     import re
     import subprocess
     import tempfile
-    import time
     from pathlib import Path
 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from skillrun_kernels._triton.compile import capability, kernel_facts
-
     cfg = Config.from_dict(config) if config else default_config(shape or {"M": 4096, "N": 4096, "K": 4096})
     cfg.check()
-    cap = capability(arch)
+    cap = int(arch.replace("sm_", "").rstrip("a"))
     sig, constexprs, attrs = _signature(cfg)
-    t0 = time.perf_counter()
     src = ASTSource(fn=_fp8_blockscale_gemm_sm90, signature=sig, constexprs=constexprs, attrs=attrs)
     ck = triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"num_warps": cfg.num_warps, "num_stages": cfg.stages})
-    compiled = kernel_facts(ck, KERNEL_NAME, arch, time.perf_counter() - t0)
     ptx = ck.asm["ptx"]
     facts: dict[str, Any] = {
-        "arch": arch,
         "config": cfg.as_dict(),
-        "kernels": [compiled],
         "shared_bytes": int(ck.metadata.shared),
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         "wgmma_wait": {n: len(re.findall(rf"wgmma\.wait_group\.sync\.aligned\s+{n};", ptx)) for n in range(4)},
         "bar_sync": len(re.findall(r"\bbar\.sync\b|barrier\.sync", ptx)),
         "fma_f32": len(re.findall(r"\bfma\.rn\.f32\b", ptx)),
         "fma_while_wgmma_pending": _fma_while_pending(ptx),
-        # ptxas's own verdict on the wgmma pipeline: C7514/C7515 mean it serialised every wgmma.
-        "ptxas_wgmma_serialized": compiled["ptxas_wgmma_serialized"],
     }
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as tmp:
@@ -486,6 +476,13 @@ def compile_only(shape: dict | None = None, config: dict | None = None, arch: st
             if m:
                 facts.update(regs=int(m.group(1)), stack=int(m.group(2)), local=int(m.group(4)))
             sass = subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+            # ptxas's own verdict on the wgmma pipeline: C7514/C7515 mean it serialised every wgmma.
+            ptxas = tool.parent / "ptxas"
+            ptx_file = Path(tmp) / "k.ptx"
+            ptx_file.write_text(ptx)
+            info = subprocess.run([str(ptxas), f"-arch=sm_{cap}a", "-v", str(ptx_file), "-o", str(Path(tmp) / "v.cubin")],
+                                  capture_output=True, text=True, timeout=120)
+            facts["ptxas_wgmma_serialized"] = sorted(set(re.findall(r"C751[45]", info.stdout + info.stderr)))
             facts["sass_qgmma"] = len(re.findall(r"\bQGMMA\b|HGMMA\.\S*E4M3", sass))
             facts["sass_local_ld_st"] = len(re.findall(r"\b(LDL|STL)\b", sass))
         except (OSError, subprocess.SubprocessError) as exc:  # tool missing: report what we have
