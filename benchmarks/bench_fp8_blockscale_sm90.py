@@ -336,52 +336,6 @@ class GraphSlot:
             for i in range(self.R):
                 self.calls[i % len(self.calls)]()
 
-    def time_ms(self) -> float:
-        if DEV == "cpu":
-            t = time.perf_counter()
-            for c in self.calls:
-                c()
-            return (time.perf_counter() - t) * 1e3 / self.R
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            for i in range(self.R):
-                self.calls[i % len(self.calls)]()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / self.R
-
-
-class Clocks:
-    """SM clock (MHz) and board power (W) through NVML, read right after a timed replay; the
-    image carries nvidia-ml-py. Empty readings if NVML is missing: timing does not depend on it."""
-
-    def __init__(self) -> None:
-        self.h = None
-        if DEV != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nv = pynvml
-            self.h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        except Exception:
-            self.h = None
-
-    def read(self) -> tuple[int, float] | None:
-        if self.h is None:
-            return None
-        try:
-            return (self.nv.nvmlDeviceGetClockInfo(self.h, self.nv.NVML_CLOCK_SM), self.nv.nvmlDeviceGetPowerUsage(self.h) / 1000.0)
-        except Exception:
-            return None
-
-
-CLOCKS: Clocks | None = None
-
 
 def interleaved(slots: dict[str, GraphSlot], rounds: int, clocks: dict[str, list] | None = None) -> dict[str, list[float]]:
     """Milliseconds per call for every slot, from the runner's timing engine (skillrun.execute.timing:
@@ -392,7 +346,7 @@ def interleaved(slots: dict[str, GraphSlot], rounds: int, clocks: dict[str, list
     tm.DRY_RUN_CPU = DEV == "cpu"
     t = tm.engine_times({n: s.launch for n, s in slots.items()}, rounds, warmup=1)
     if clocks is not None:
-        # One SM clock reading per round (NVML, after the round); power is no longer sampled.
+        # One SM clock reading per round (NVML, read by the engine while the round runs); no power reading.
         per_round = [(c, float("nan")) for c in t["round_info"]["clock_mhz"] if c]
         for n in slots:
             clocks[n] = per_round
@@ -789,8 +743,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.gluon_ablations:
             gcfgs += list(gs.ABLATIONS.values())
         results["precompile_gluon"] = precompile_gluon(gcfgs, args.workers)
-    global CLOCKS
-    CLOCKS = Clocks()
     results["precompile"] = {str(dict(k)): v for k, v in status.items()}
     out_path = Path(args.out)
     for shape in shapes:

@@ -578,23 +578,21 @@ def host_observer_effect(t: dict, n: str, ref: str, observer: Any) -> float | No
 
 
 def observed_slowdown(t: dict, n: str) -> float | None:
-    """Median over slot n's observed launches of (observed ms / its plain median at the same position)."""
+    """Median over slot n's observed launches of (observed ms / its plain median at the same position):
+    the per-position medians are the engine's own (timing.position_effect, over the kept samples)."""
     observed = t.get("observed", {}).get(n) or []
-    raw = (t.get("raw") or {}).get(n)
-    if not observed or not raw:
-        samples = t.get("samples", {}).get(n) or []
-        return _median(observed) / max(_median(samples), 1e-12) if observed and samples else None
-    by: dict[int, list[float]] = {}
-    for ms, pos, kept in zip(raw["ms"], raw["position"], raw["kept"]):
-        if kept:
-            by.setdefault(pos, []).append(ms)
-    kept_all = [x for v in by.values() for x in v]
-    if not kept_all:
+    samples = t.get("samples", {}).get(n) or []
+    if not observed or not samples:
         return None
-    overall = _median(kept_all)
+    overall = _median(samples)
+    by_pos = ((t.get("position_effect") or {}).get("median_ms_by_position") or {}).get(n) or []
     positions = (t.get("observed_positions") or {}).get(n) or [None] * len(observed)
-    ratios = [o / max(_median(by[p]) if p in by else overall, 1e-12) for o, p in zip(observed, positions)]
-    return _median(ratios)
+
+    def plain(p):
+        m = by_pos[p] if isinstance(p, int) and 0 <= p < len(by_pos) else None
+        return m if m is not None else overall
+
+    return _median([o / max(plain(p), 1e-12) for o, p in zip(observed, positions)])
 
 
 def _median(xs: list[float]) -> float:
