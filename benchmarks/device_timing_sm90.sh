@@ -27,6 +27,7 @@ from skillrun.execute import timing
 t = timing.EventTimer()
 print("spin cycles/us", round(t.calibrate(), 1), "sm clock MHz", t.dev.sm_clock_mhz())
 import re2, jsonschema, pydantic  # noqa: F401  the runner's own dependencies, carried as wheels
+import os
 import time
 # The idle-start bias and its fix on this device: the same matmul in two slots (an A/A pair), with
 # 2 ms of host work between rounds (what the harness's integrity checks do), without and with the hold.
@@ -34,13 +35,34 @@ a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
 gap = lambda info: time.sleep(0.002)  # noqa: E731
 for hold in (False, True):
-    tm = timing.EventTimer(hold=hold)
+    tm = timing.EventTimer(hold=hold, sustain_ms=0.0)  # the hold's own effect, without the load
     r = timing.interleave({"big": [lambda: a @ a], "big#aa": [lambda: a @ a], "small": [lambda: b @ b]}, tm, 60, 3,
                           after_round=gap)
     med = {k: round(sorted(v)[len(v) // 2] * 1e3, 1) for k, v in r["samples"].items()}
     print(f"hold={hold}: median us {med}; position effect {r['position_effect']['max_pct']:.1f}% "
           f"({r['position_effect']['slot']}); unheld rounds {r['unheld_rounds']}; final hold {tm.hold_us:.0f} us; "
           f"by position {r['position_effect']['median_ms_by_position']}")
+# The power state (timing.py rule 5): a compute-bound and a memory-bound slot, timed as the runner
+# does (50 ms of host work between rounds: the device idles) and as a bench does (back to back), for
+# several lengths of the sustained load queued before each round. With enough load the two styles
+# must agree (ratio and clock); the clock is read once the hold has ended.
+big = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+dst = torch.empty_like(src)
+slots = {"mm": [lambda: big @ big], "copy": [lambda: dst.copy_(src)]}
+for sustain in [float(x) for x in os.environ.get("SUSTAIN_SWEEP", "0 20 100 400").split()]:
+    row = {}
+    for style, gap_s in (("runner", 0.05), ("bench", 0.0)):
+        tm = timing.EventTimer(sustain_ms=sustain)
+        after = (lambda info: time.sleep(gap_s)) if gap_s else None
+        r = timing.interleave(slots, tm, 12, 2, after_round=after)
+        med = {k: sorted(v)[len(v) // 2] for k, v in r["samples"].items()}
+        clocks = sorted(c for c in r["round_info"]["clock_mhz"] if c)
+        row[style] = (med["mm"] / med["copy"], clocks[len(clocks) // 2] if clocks else None, med["mm"] * 1e3)
+    print(f"sustain {sustain:6.0f} ms: runner mm/copy {row['runner'][0]:.4f} at {row['runner'][1]} MHz (mm {row['runner'][2]:.0f} us); "
+          f"bench {row['bench'][0]:.4f} at {row['bench'][1]} MHz (mm {row['bench'][2]:.0f} us); "
+          f"runner/bench {row['runner'][0] / row['bench'][0]:.4f}", flush=True)
+del big, src, dst
 try:
     import mslk  # noqa: F401
     print("mslk ok")

@@ -19,8 +19,9 @@ def _slots(gpu, names_us):
     return {n: [lambda us=us: gpu.kernel(us)] for n, us in names_us.items()}
 
 
-def _run(gpu, slots, rounds=40, hold=True, gap_us=500.0, observe=0, observer=None, seed=1):
-    timer = timing.EventTimer(device=gpu, hold=hold)
+def _run(gpu, slots, rounds=40, hold=True, gap_us=500.0, observe=0, observer=None, seed=1, sustain_ms=0.0):
+    # The hold's tests run without the sustained load (which would hide an idle device on its own).
+    timer = timing.EventTimer(device=gpu, hold=hold, sustain_ms=sustain_ms)
     # Integrity work between rounds: the host is busy, the device goes idle.
     after = lambda info: gpu.host_work(gap_us)  # noqa: E731
     return timing.interleave(slots, timer, rounds, 2, after_round=after, observe=observe, observer=observer,
@@ -182,3 +183,49 @@ def test_a_slot_that_synchronizes_inside_its_launch_keeps_its_samples_with_a_war
     assert t["hold_ineffective"] and len(t["samples"]["port"]) == 12  # nothing lost
     w = " ".join(timing_warnings(engine_facts(t), {}, 1.0))
     assert "waits for the host inside its launch" in w
+
+
+# -- the sustained load before each round (power state) -----------------------------------------
+
+def _ratio_in(style, sustain_ms):
+    """Port (compute-bound) over baseline (mostly memory) on a power-limited simulated GPU, timed as
+    the runner does (a long integrity gap between rounds: the device idles back to boost) or as a
+    benchmark does (rounds back to back)."""
+    gpu = SimGPU(power_window_us=20_000.0, sustained_mhz=1400.0)
+    slots = {"port": [lambda: gpu.kernel(100.0, compute=1.0)] * 4,
+             "baseline": [lambda: gpu.kernel(120.0, compute=0.2)] * 4}
+    t, _ = _run(gpu, slots, rounds=24, gap_us=50_000.0 if style == "runner" else 0.0, sustain_ms=sustain_ms)
+    return percentile(t["samples"]["port"], 50) / percentile(t["samples"]["baseline"], 50), t
+
+
+def test_without_the_sustained_load_the_runner_and_a_benchmark_measure_different_power_states():
+    runner, _ = _ratio_in("runner", 0.0)
+    bench, _ = _ratio_in("bench", 0.0)
+    assert abs(runner / bench - 1) > 0.03  # the test below asks for 1 %
+
+
+def test_the_sustained_load_puts_the_runner_and_a_benchmark_in_one_power_state():
+    runner, tr = _ratio_in("runner", 40.0)
+    bench, tb = _ratio_in("bench", 40.0)
+    assert runner / bench == pytest.approx(1.0, abs=0.01)
+    # ... the loaded state (port stretched by the sustained clock), and the load is on record
+    assert runner == pytest.approx((100.0 * 1980 / 1400) / (120.0 * (0.2 * 1980 / 1400 + 0.8)), rel=0.02)
+    assert all(x and x > 30.0 for x in tr["round_info"]["load_ms"][1:])
+    assert tr["sustain_ms"] == 40.0
+    # the clock is read once the hold has ended, while the round's own kernels run: the sustained one
+    assert max(c for c in tr["round_info"]["clock_mhz"][1:]) < 1500
+
+
+def test_sustained_load_is_bounded_in_launches_and_off_without_an_estimate():
+    assert timing.sustain_repeats(50.0, None, 3) == 0
+    assert timing.sustain_repeats(0.0, 1.0, 3) == 0
+    assert timing.sustain_repeats(50.0, 2.0, 3) == 25
+    assert timing.sustain_repeats(50.0, 1e-4, 4) == timing.SUSTAIN_MAX_LAUNCHES // 4
+
+
+def test_sustain_override_from_the_environment_is_checked(monkeypatch):
+    monkeypatch.setenv("SKILLRUN_SUSTAIN_MS", "0")
+    assert timing.EventTimer(device=SimGPU()).sustain_ms == 0.0
+    monkeypatch.setenv("SKILLRUN_SUSTAIN_MS", "lots")
+    with pytest.raises(ValueError, match="SKILLRUN_SUSTAIN_MS"):
+        timing.EventTimer(device=SimGPU())

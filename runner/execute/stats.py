@@ -63,7 +63,7 @@ def engine_facts(t: dict) -> dict:
         clocks = [c for c in ri.get("clock_mhz") or [] if isinstance(c, (int, float))]
         out["rounds_info"] = {"held": ri.get("held"), "throttled": ri.get("throttled"),
                               "clock_mhz": ri.get("clock_mhz") if clocks else None,
-                              "queue_us": ri.get("queue_us")}
+                              "queue_us": ri.get("queue_us"), "load_ms": ri.get("load_ms")}
     if "unheld_rounds" in t:
         out["hold"] = {"used": bool(t.get("held")), "final_us": round(t["hold_us"], 1) if t.get("hold_us") else None,
                        "unheld_rounds": t.get("unheld_rounds", 0), "throttled_rounds": t.get("throttled_rounds", 0),
@@ -72,6 +72,12 @@ def engine_facts(t: dict) -> dict:
                                "sized to outlast the host's queuing of the round; a round whose spin had ended before "
                                "the last launch was queued is not kept")
                        if t.get("held") else "none (host timer or hold disabled)"}
+    if t.get("sustain_ms") is not None:
+        out["sustain"] = {"ms": t["sustain_ms"],
+                          "how": ("before each timed round, about this many ms of the round's own launches (other input "
+                                  "sets, untimed) are queued ahead of the hold, so every round starts in the power state of "
+                                  "back-to-back work; the SM clock is read once the hold ends") if t["sustain_ms"] else
+                                 "none: rounds start in whatever power state the gap before them left"}
     if t.get("position_effect"):
         out["position_effect"] = t["position_effect"]
     prof = {k: v for k, v in (t.get("profiler_ms") or {}).items() if v}

@@ -18,6 +18,13 @@ benchmarks in ``benchmarks/`` (``time_slots``). Rules it follows (../facts/measu
    round the SM clock (where readable) and whether the hold covered it; ``position_effect`` reports
    per-position medians so a position effect is visible, not a silent shift.
 4. Rounds whose SM clock reads below 75 % of the highest clock seen are dropped as throttled.
+5. **Sustained load before each round.** A GPU's clock follows its recent power draw: single held
+   launches after the harness's integrity gap ran at the H200's 1980 MHz boost, back-to-back replays
+   at 1440-1680 MHz, and the port/cuBLAS ratio differed by up to 5 % between the two states. Serving
+   runs GEMMs back to back, so before each timed round the engine queues ``sustain_ms`` of the round's
+   own launches (untimed, other input sets) ahead of the hold: every round, in the runner and in the
+   benchmarks alike, starts from the same loaded state, and the SM clock is read once the hold has
+   ended, while the round's own launches run.
 
 Devices are pluggable (``EventTimer(device=...)``) so the CPU tests drive this exact code with a
 simulated GPU that has launch latency, idle gaps and clock throttling.
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import random
 import time
 from typing import Any, Callable, ContextManager, Protocol
@@ -43,12 +51,37 @@ THROTTLE_FRACTION = 0.75
 # Spin calibration: two lengths in SM cycles, and the range a real SM clock lies in (cycles per us).
 CAL_SHORT, CAL_LONG = 100_000, 1_100_000
 CAL_MIN, CAL_MAX = 100.0, 5000.0
+# Untimed load queued before each timed round (module doc, rule 5); bounded in launches so a tiny
+# slot cannot turn it into a host-bound loop. SKILLRUN_SUSTAIN_MS overrides it (0 turns it off).
+SUSTAIN_MS = 50.0
+SUSTAIN_MAX_LAUNCHES = 2048
+
+
+def default_sustain_ms() -> float:
+    raw = os.environ.get("SKILLRUN_SUSTAIN_MS")
+    if raw is None:
+        return SUSTAIN_MS
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"SKILLRUN_SUSTAIN_MS={raw!r} is not a number of milliseconds") from None
+    if not (0.0 <= v <= 10_000.0):
+        raise ValueError(f"SKILLRUN_SUSTAIN_MS={raw!r} is outside 0-10000 ms")
+    return v
+
+
+def sustain_repeats(sustain_ms: float, round_ms: float | None, launches_per_round: int) -> int:
+    """How many times to replay a round's launches so the load lasts about ``sustain_ms``."""
+    if sustain_ms <= 0 or not round_ms or round_ms <= 0 or not math.isfinite(round_ms):
+        return 0
+    cap = max(1, SUSTAIN_MAX_LAUNCHES // max(1, launches_per_round))
+    return max(1, min(cap, math.ceil(sustain_ms / round_ms)))
 
 
 class Timer(Protocol):
     method: str
 
-    def begin_round(self) -> None: ...
+    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None) -> None: ...
 
     def measure(self, fn: Callable[[], Any]) -> Callable[[], float]: ...
 
@@ -127,9 +160,10 @@ class EventTimer:
     method = ("device events around each launch; each round queued behind a device-side spin that outlasts "
               "the host's queuing (checked per round), slot positions balanced")
 
-    def __init__(self, device: Device | None = None, hold: bool = True) -> None:
+    def __init__(self, device: Device | None = None, hold: bool = True, sustain_ms: float | None = None) -> None:
         self.dev = device or TorchDevice()
         self.hold = hold
+        self.sustain_ms = default_sustain_ms() if sustain_ms is None else float(sustain_ms)
         self.hold_us = HOLD_START_US
         self.cycles_per_us: float | None = None
         self._round_t0 = 0.0
@@ -174,8 +208,12 @@ class EventTimer:
         the profiled window as a kernel the slot did not launch (seen on the H200: FillFunctor)."""
         self.begin_round(lead=False)
 
-    def begin_round(self, lead: bool = True) -> None:
+    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None) -> None:
         self._hold_end = None
+        if load is not None:
+            # Queued first, so the device is busy with it while the host queues the hold and the
+            # round; the hold then only has to cover the round's own queuing.
+            load()
         if self.hold:
             cpu = self.calibrate()
             self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * cpu))
@@ -205,7 +243,10 @@ class EventTimer:
                 self.hold_us = min(HOLD_MAX_US, max(2 * self.hold_us, want))
             elif want > self.hold_us:
                 self.hold_us = min(HOLD_MAX_US, want)
-        # Read while the round's kernels run (after a synchronize the idle device reports its boost clock).
+        # Read while the round's own kernels run: once the hold has ended (before it, the clock read is
+        # the load's), and before the synchronize (an idle device reports its boost clock).
+        if self._hold_end is not None and hasattr(self._hold_end, "synchronize"):
+            self._hold_end.synchronize()
         clock = self.dev.sm_clock_mhz()
         self.dev.synchronize()
         return {"held": held, "queue_us": queued_us, "clock_mhz": clock}
@@ -219,10 +260,12 @@ class WallTimer:
 
     method = "host wall clock (time.perf_counter) around each launch, CPU"
 
+    sustain_ms = 0.0  # a CPU has no power state worth matching
+
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
         self._sync = synchronize or (lambda: None)
 
-    def begin_round(self) -> None:
+    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None) -> None:
         pass
 
     def measure(self, fn: Callable[[], Any]) -> Callable[[], float]:
@@ -346,15 +389,29 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     total = rounds + max(0, observe)
     observed_at = set(rng.sample(range(total), max(0, min(observe, total)))) if observer is not None else set()
     g = 0  # rounds run so far, warm-up included
-    begin = getattr(timer, "begin_round", lambda: None)
+    begin = getattr(timer, "begin_round", lambda **_: None)
     begin_observed = getattr(timer, "begin_round_observed", begin)
     end = getattr(timer, "end_round", None)
+
+    sustain_ms = float(getattr(timer, "sustain_ms", 0.0) or 0.0)
+    est = {"round_ms": None, "load_ms": 0.0}  # one round's device time (last timed round, else warm-up wall)
 
     def one_round(order: list[str], wrap: Callable[[str], ContextManager[Any]] | None, measure: bool):
         j = g % n_sets
         pending = []
         if measure and wrap is None:
-            begin()
+            k = sustain_repeats(sustain_ms, est["round_ms"], len(order))
+            est["load_ms"] = k * (est["round_ms"] or 0.0)
+            if k:
+                def load() -> None:
+                    # The round's own launches on the other input sets: the same kernels, the same
+                    # power draw, no operand left in L2 for the round (the lead-in flushes it too).
+                    for r in range(k):
+                        for n in order:
+                            slots[n][(j + 1 + r) % n_sets]()
+                begin(load=load)
+            else:
+                begin()
         for n in order:
             if between:
                 between()
@@ -381,7 +438,9 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
 
     orders = balanced_orders(names, rng)
     for w in range(warmup):
-        one_round(names, None, False)
+        w0 = time.perf_counter()
+        one_round(names, None, False)  # ends in a synchronize: its wall time bounds one round's device time
+        est["round_ms"] = (time.perf_counter() - w0) * 1e3
         if after_round:
             after_round({"set": g % n_sets, "kind": "warmup", "index": w, "last": False})
         g += 1
@@ -389,7 +448,7 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     raw: dict[str, dict[str, list]] = {n: {"ms": [], "round": [], "position": [], "set": [], "kept": []} for n in names}
     observed: dict[str, list[float]] = {n: [] for n in names}
     observed_pos: dict[str, list[int]] = {n: [] for n in names}
-    round_info: dict[str, list] = {"held": [], "clock_mhz": [], "queue_us": []}
+    round_info: dict[str, list] = {"held": [], "clock_mhz": [], "queue_us": [], "load_ms": []}
     t0 = time.perf_counter()
     done, seen = 0, []
     timed_index = 0
@@ -414,6 +473,8 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
                 r["position"].append(pos)
                 r["set"].append(g % n_sets)
                 r["kept"].append(info.get("held") is not False)
+            info["load_ms"] = est["load_ms"]
+            est["round_ms"] = sum(raw[n]["ms"][-1] for n in names)
             for k in round_info:
                 v = info.get(k)
                 round_info[k].append(round(v, 2) if isinstance(v, float) and k != "held" else v)
@@ -444,7 +505,8 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             "observed_positions": observed_pos, "observed_rounds": seen, "raw": raw, "round_info": round_info,
             "unheld_rounds": unheld, "hold_ineffective": hold_ineffective, "throttled_rounds": sum(1 for x in round_info.get("throttled", []) if x),
             "position_effect": position_effect(raw), "block": block,
-            "held": bool(getattr(timer, "hold", False)), "hold_us": getattr(timer, "hold_us", None)}
+            "held": bool(getattr(timer, "hold", False)), "hold_us": getattr(timer, "hold_us", None),
+            "sustain_ms": sustain_ms}
 
 
 def _drop_throttled(raw: dict[str, dict[str, list]], round_info: dict[str, list]) -> None:
