@@ -229,3 +229,33 @@ def test_sustain_override_from_the_environment_is_checked(monkeypatch):
     monkeypatch.setenv("SKILLRUN_SUSTAIN_MS", "lots")
     with pytest.raises(ValueError, match="SKILLRUN_SUSTAIN_MS"):
         timing.EventTimer(device=SimGPU())
+
+
+def test_a_power_limited_clock_below_boost_is_not_throttling():
+    """Loaded rounds at 1450 MHz beside boost rounds at 1965 MHz (the H200 under its power limit)
+    are all kept; only a round far below the session's usual clock is dropped."""
+    gpu = SimGPU()
+    slots = _slots(gpu, {"port": PORT_US, "baseline": BASE_US})
+    state = {"n": 0}
+
+    def after(info):
+        state["n"] += 1
+        gpu.clock = (1965.0, 1450.0, 1500.0)[state["n"] % 3] if state["n"] != 17 else 700.0
+        gpu.host_work(500.0)
+
+    timer = timing.EventTimer(device=gpu, sustain_ms=0.0)
+    t = timing.interleave(slots, timer, 40, 2, after_round=after, rng=random.Random(5))
+    assert t["throttled_rounds"] == 1
+
+
+def test_the_second_clock_is_compared_with_the_events_of_the_same_launches():
+    stats = {"port": {"median": 1.0}, "baseline": {"median": 0.80}}
+    # plain rounds (loaded) say 0.80x, the observed launches' events and the profiler both say 0.90x
+    same = {"second_clock": {"median_ms": {"port": 1.0, "baseline": 0.90}, "events_median_ms": {"port": 1.0, "baseline": 0.90}}}
+    assert not [w for w in timing_warnings(same, stats, 0.5) if w.startswith("second clock")]
+    # without the like-for-like events the plain rounds are used: the power-state gap reads as disagreement
+    plain = {"second_clock": {"median_ms": {"port": 1.0, "baseline": 0.90}}}
+    assert [w for w in timing_warnings(plain, stats, 0.5) if w.startswith("second clock")]
+    # a profiler that disagrees with the events of the very same launches is reported
+    off = {"second_clock": {"median_ms": {"port": 1.0, "baseline": 0.70}, "events_median_ms": {"port": 1.0, "baseline": 0.90}}}
+    assert [w for w in timing_warnings(off, stats, 0.5) if w.startswith("second clock")]
