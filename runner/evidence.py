@@ -138,10 +138,12 @@ class Summary:
     recorded_verdict: Optional[str] = None
     # The card's production kernels today (empty when the card names none or was not consulted).
     production_names: list[str] = field(default_factory=list)
-    # Which timing engine took a GPU measurement: "held" (every round held on the device until queued,
-    # positions balanced) or "position_biased" (before December 2026: slot order alternated after an
-    # idle gap, so whichever slot went first paid the host's launch latency; ports read up to 45 %
-    # slow). None when nothing was timed on a GPU.
+    # Which timing engine took a GPU measurement: "sustained" (held rounds, balanced positions, and a
+    # sustained load before each round, so the device runs in the power state of back-to-back work),
+    # "held" (held and balanced, no load: rounds after an idle gap ran at the boost clock, and ratios
+    # differed from a back-to-back bench by up to 5 % on the H200) or "position_biased" (before
+    # December 2026: slot order alternated after an idle gap, so whichever slot went first paid the
+    # host's launch latency; ports read up to 45 % slow). None when nothing was timed on a GPU.
     engine: Optional[str] = None
 
     @property
@@ -160,11 +162,14 @@ class Summary:
 
 
 def timing_engine(rec: dict[str, Any]) -> Optional[str]:
-    """"held" or "position_biased" for a GPU-timed record, None otherwise (see Summary.engine)."""
+    """"sustained", "held" or "position_biased" for a GPU-timed record, None otherwise (see Summary.engine)."""
     t = rec.get("timing") or {}
     if rec.get("mode") != "gpu_measured" or not t.get("port_ms"):
         return None
-    return "held" if isinstance(t.get("hold"), dict) else "position_biased"
+    if not isinstance(t.get("hold"), dict):
+        return "position_biased"
+    sus = t.get("sustain")
+    return "sustained" if isinstance(sus, dict) and (sus.get("ms") or 0) > 0 else "held"
 
 
 def speed_axis(speedup: Optional[float], noise_pct: Optional[float]) -> str:

@@ -86,6 +86,9 @@ def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, a
             if s.engine == "position_biased":
                 item.notes.append("timed by the earlier, position-biased engine (no device hold, slot order alternating): "
                                   "its ratios can read up to 45% against the port; re-run to confirm")
+            elif s.engine == "held":
+                item.notes.append("timed with held rounds but without the sustained load: single launches at the boost "
+                                  "clock, whose ratios differed from back-to-back work by up to 5% on the H200; re-run to confirm")
             return
         item.notes.append(f"measured on {s.device_class} ({hit.path}, {item.evidence['age']}): {s.verdict}, no speedup "
                           f"({s.verdict_text[:160]}); the expected speedup stays the card's prior")
