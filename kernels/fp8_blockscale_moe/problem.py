@@ -215,9 +215,9 @@ __all__ = ["SHAPE_KEYS", "SHAPES", "FP8_MAX", "dims", "make_inputs", "oracle", "
 
 def ci_shape(shape: dict | None) -> dict:
     """The shape CI compiles a recipe at: its own regime (tokens, experts, topk pick the config) with
-    model_dim and inter_dim rounded down to whole 128 blocks, so a recipe whose representative shape is
-    deliberately off the tuned table (the untuned fallback's model_dim 7000) still compiles; a valid
-    shape is returned unchanged. Without a shape, the first decode shape."""
+    model_dim and inter_dim rounded down to whole 128 blocks, so a representative shape the problem
+    would refuse (model_dim 7000) still compiles at the nearest served one; a valid shape is returned
+    unchanged. Without a shape, the first decode shape."""
     if not shape:
         return dict(SHAPES[0])
     return {**shape, **{k: max(BLOCK, int(shape[k]) // BLOCK * BLOCK) for k in ("model_dim", "inter_dim")}}
