@@ -8,10 +8,11 @@
 #      -> $OUT/analysis.txt, $OUT/analysis.json
 #   3. the card's recipe shapes (tests.selects, untuned included) through the runner with timing,
 #      one shape per recipe first (benchmarks/validate_recipes.py --recipes-first), in what is left of
-#      the budget minus the e2e reserve -> $OUT/validate.json and the artifacts under $OUT/validation/
+#      the budget minus the e2e reserve -> $OUT/validate.json and the artifacts (in the archive below)
 #   4. `skill-run e2e` on the same workload with the card's route (kernels/fp8_blockscale_moe/route.py)
-#      and step 2's plan cut to this card's items (benchmarks/plan_filter.py) -> $OUT/e2e.json,
-#      $OUT/validation/e2e/
+#      and step 2's plan cut to this card's items (benchmarks/plan_filter.py) -> $OUT/e2e.json
+#   Every artifact written (validation/…) and the e2e plan -> $OUT/moe_fp8bs_evidence.tgz (the device
+#   tool returns at most 8 files: log, trace, analysis.txt/.json, validate.json, e2e.json, the archive)
 #   source .ci/device-env.sh is done here. Env: BUDGET_S (240), ROUNDS (30), E2E_N (2: A/B
 #   alternations), E2E_RESERVE_S (90: kept back for step 4), SKILLRUN_GIT_REVISION (recorded).
 #   SKILLRUN_GIT_REVISION=$(git rev-parse --short HEAD) OUT=/tmp/out bash benchmarks/device_moe_fp8bs_sm90.sh
@@ -52,7 +53,7 @@ run() {
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
   echo "revision ${SKILLRUN_GIT_REVISION:-unknown} budget ${BUDGET_S}s rounds $ROUNDS"
 } >> "$LOG" 2>&1
-MARK="$OUT/.start"; touch "$MARK"
+MARK=$(mktemp); touch "$MARK"
 
 # 1. profile the bundled workload (steps 2-4 of 6: set-up and the first step left out)
 run 90 python3 -m skillrun profile --out "$TRACE" --steps 2:5 --no-analyze -- python3 "$WORKLOAD"
@@ -86,9 +87,12 @@ else
   say "e2e skipped: no route ($ROUTE) or no analysis of the trace"
 fi
 
-# every artifact this call wrote, at its repository path under $OUT
-find validation -type f -newer "$MARK" 2>/dev/null | while read -r f; do
-  mkdir -p "$OUT/$(dirname "$f")" && cp "$f" "$OUT/$f"
-done
+# every artifact this call wrote (validation/<card>/*.yaml, validation/e2e/*), at its repository path,
+# and the e2e plan, in one archive: the device tool brings back at most 8 files from $OUT
+NEW=$(find validation -type f -newer "$MARK" 2>/dev/null)
 rm -f "$MARK"
-say "done in $((SECONDS - START))s of ${BUDGET_S}s; artifacts: $(find "$OUT/validation" -type f 2>/dev/null | wc -l)"
+PLAN=(); [ -f "$OUT/plan_moe.json" ] && PLAN=(-C "$OUT" plan_moe.json)
+if [ -n "$NEW" ] || [ ${#PLAN[@]} -gt 0 ]; then
+  tar czf "$OUT/moe_fp8bs_evidence.tgz" $NEW "${PLAN[@]}" && rm -f "$OUT/plan_moe.json"
+fi
+say "done in $((SECONDS - START))s of ${BUDGET_S}s; $(echo $NEW | wc -w) artifact(s) in $OUT/moe_fp8bs_evidence.tgz"
