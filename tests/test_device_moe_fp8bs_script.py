@@ -94,3 +94,45 @@ def test_plan_filter_says_when_the_trace_gave_no_item(bench_path, tmp_path, caps
     assert not out.exists() and "no runnable item" in capsys.readouterr().out
     src.write_text("{not json")
     assert plan_filter.main([str(src), "--card", CARD, "--out", str(out)]) == 3
+
+
+def test_workload_runs_its_layer_as_one_op_the_profiler_records_with_its_shape(bench_path, monkeypatch, tmp_path):
+    """The bundled workload's layer op on the CPU (a stand-in launch, since the cuBLAS baseline needs a
+    GPU): the op calls the launch's run (looked up when built, so e2e's route applies), and a real
+    torch.profiler trace records it with Input Dims from which the runner reads the MoE shape and the
+    128x128 weight-scale grid."""
+    import torch
+
+    sys.path.insert(0, str(BENCH / "workloads"))
+    try:
+        import fp8_blockscale_moe_workload as wl
+    finally:
+        sys.path.remove(str(BENCH / "workloads"))
+    from skillrun.shapes import op_shape
+    from skillrun_kernels.fp8_blockscale_moe import problem, references
+    from skillrun_kernels.protocol import KernelLaunch
+
+    calls = []
+
+    def fake_build(shape, config, device):
+        def run(p, out):
+            calls.append(sorted(p))
+            out.fill_(1.0)
+            return out
+        return KernelLaunch(name="stand_in", run=run)
+
+    monkeypatch.setattr(references, "build_cublas_per_expert", fake_build)
+    shape = {"tokens": 4, "model_dim": 256, "inter_dim": 128, "experts": 4, "topk": 2}
+    inputs = problem.make_inputs(shape, 0, "cpu")
+    launch = wl.build_layer(shape, {}, "cpu")
+    out = problem.output_like(shape, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        launch.run(launch.prepare(inputs), out)
+    assert calls == [sorted(wl.OPERANDS)] and bool((out == 1).all())
+    path = tmp_path / "cpu_trace.json"
+    prof.export_chrome_trace(str(path))
+    ops = [e for e in json.loads(path.read_text())["traceEvents"]
+           if e.get("cat") == "cpu_op" and e.get("name") == "skillrun::fused_moe_fp8_blockscale"]
+    assert len(ops) == 1
+    got = op_shape(ops[0]["name"], ops[0]["args"]["Input Dims"], ops[0]["args"]["Input type"])
+    assert got.shape == shape and got.scale_recipe == "blockwise_1x128_128x128" and got.dtype == "fp8_e4m3"
