@@ -198,9 +198,11 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
         if rest_us > 0.005 * k.total_us or not shaped:
             share = 100.0 * rest_us / total
             partial = [oc for oc in mine if oc.shape and oc not in shaped]
-            if shapes:
-                for s in shapes:
-                    it = _item(card, k, s, "user", None, share / len(shapes), index, profile.arch, **ev_kw)
+            # a --shape applies to the cards whose problem it speaks of (a MoE shape names no M,N,K)
+            usable = [s for s in shapes or () if keys & set(s)]
+            if usable:
+                for s in usable:
+                    it = _item(card, k, s, "user", None, share / len(usable), index, profile.arch, **ev_kw)
                     if partial:
                         it.notes.append("the trace's shapes (" + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
                                         + ") do not determine this card's problem; using the shape given with --shape")

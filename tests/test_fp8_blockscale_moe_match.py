@@ -39,7 +39,10 @@ def test_gfx950_rocprofv3_csv_matches_the_flydsl_card_with_every_criterion(index
     names = {m.kernel for m in hits}
     assert any("GridwiseMoeGemmBlockScale" in n for n in names)
     assert any("fmoe_bf16_blockscaleFp8" in n for n in names)
+    assert "mfma_moe1_bs_fp8_f16_cshuffle_t16x256x128_wpe2_abi8" in names  # FlyDSL upstream's stage 1
     assert not any("MoeSortingKernel" in n for n in names)
+    # FlyDSL's block-scale stage 2 shares its name form with other fp8 MoE stage-2 modules: not by name
+    assert "mfma_moe2_fp8_bf16_cshuffle_t32x256x128_wpe2_abi6" not in names
     for m in hits:
         assert all(c.passed for c in m.criteria if c.required), m.criteria
         assert all(c.reason for c in m.criteria)
@@ -47,9 +50,29 @@ def test_gfx950_rocprofv3_csv_matches_the_flydsl_card_with_every_criterion(index
     dense = _matched(rep, "flydsl_fp8_blockscale_gemm")
     assert dense and all("blockscale_b_preshuffle" in m.kernel for m in dense)
     for tokens, recipe in ((1, "decode"), (256, "small_batch"), (4096, "prefill")):
-        items = [i for i in api.plan(prof, rep, index, shapes=[{"tokens": tokens, **DSV3}]).items
-                 if i.skill_id == "flydsl_moe_fp8_blockscale"]
+        plan = api.plan(prof, rep, index, shapes=[{"tokens": tokens, **DSV3}])
+        items = [i for i in plan.items if i.skill_id == "flydsl_moe_fp8_blockscale"]
         assert len(items) == 1 and items[0].recipe == recipe and items[0].shape_provenance == "user"
+        # the MoE --shape is not handed to the dense card (its problem is M,N,K): it stays unresolved
+        dense_items = [i for i in plan.items if i.skill_id == "flydsl_fp8_blockscale_gemm"]
+        assert dense_items and all(i.shape is None and i.shape_provenance == "unresolved" for i in dense_items)
+
+
+def test_gfx950_moe_kernels_of_other_quantizations_do_not_match(index):
+    """Per-token fp8 (aiter ASM, FlyDSL stage 1), bf16 (CK GridwiseMoeGemm) and int4-weight (a16wi4)
+    MoE kernels: none is this card's; the a16wi4 one is the a16wi4 card's."""
+    prof = api.ingest_profile(FIX / "rocprofv3_gfx950_moe_near_misses.synthetic.csv", arch="gfx950")
+    rep = api.match(prof, index)
+    assert len(prof.kernels) == 5
+    assert not _matched(rep, "flydsl_moe_fp8_blockscale")
+    a16wi4 = {m.kernel for m in _matched(rep, "flydsl_moe_a16wi4")}
+    assert a16wi4 == {"flydsl_moe1_abf16_wint4_bf16_t16x64x128_kb4"}
+    from skillrun.match import match_kernel
+
+    card = index.skill("flydsl_moe_fp8_blockscale")
+    for k in prof.kernels:  # each fails on identity alone: the name says another quantization
+        crit = {c.name: c for c in match_kernel(card, k, "gfx950").criteria}
+        assert crit["identity"].passed is False and "does not match" in crit["identity"].reason, k.name
 
 
 def test_h200_kineto_trace_matches_the_sm90_card_and_not_the_dense_one(index):
@@ -180,7 +203,8 @@ def test_fixtures_are_reproducible(tmp_path, monkeypatch):
     import make_fixtures
 
     monkeypatch.setattr(make_fixtures, "HERE", tmp_path)
-    for fn in (mod.rocprofv3_gfx950_moe, mod.kineto_h200_deepgemm_moe, mod.kineto_h200_cublas_moe_layer):
+    for fn in (mod.rocprofv3_gfx950_moe, mod.rocprofv3_gfx950_moe_near_misses, mod.kineto_h200_deepgemm_moe,
+               mod.kineto_h200_cublas_moe_layer):
         p = fn()
         assert p.parent == tmp_path and p.read_bytes() == (FIX / p.name).read_bytes(), p.name
     sys.modules.pop("make_fixtures", None)
