@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from skillrun_kernels._moe.routing import expert_rows
 from skillrun_kernels.fp8_blockscale_gemm.problem import (
     BLOCK,
     FP8_DTYPE,
@@ -120,19 +121,6 @@ def dequant_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def dequant_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """(R, K) fp8 with (R, K/128) scales -> fp32."""
     return q.float() * scale.float().repeat_interleave(BLOCK, 1)[:, : q.shape[1]]
-
-
-def expert_rows(topk_ids: torch.Tensor):
-    """Yield (expert, token indices, slot indices) for every expert that received tokens."""
-    flat = topk_ids.reshape(-1).long()
-    order = torch.argsort(flat, stable=True)
-    experts, counts = torch.unique_consecutive(flat[order], return_counts=True)
-    start = 0
-    topk = topk_ids.shape[1]
-    for e, c in zip(experts.tolist(), counts.tolist()):
-        pairs = order[start:start + c]
-        start += c
-        yield e, pairs // topk, pairs % topk
 
 
 def _fp32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

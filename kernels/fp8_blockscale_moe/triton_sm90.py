@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from skillrun_kernels._moe.triton_routing import block_pairs
 from skillrun_kernels.moe_a16wi4.triton_sm90 import Routing, align_by_expert
 from skillrun_kernels.protocol import KernelLaunch
 
@@ -55,10 +56,7 @@ def _moe_fp8bs_gate_up_kernel(
 
     if pid_m * BLOCK_M >= tl.load(num_rows_ptr):
         return
-    e = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rvalid = rows < tl.load(valid_end_ptr + e)
-    pair = tl.load(sorted_ptr + rows, mask=rvalid, other=0).to(tl.int64)
+    e, rvalid, pair = block_pairs(pid_m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
     tok = pair // TOPK
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -120,10 +118,7 @@ def _moe_fp8bs_down_kernel(
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_rows_ptr):
         return
-    e = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rvalid = rows < tl.load(valid_end_ptr + e)
-    pair = tl.load(sorted_ptr + rows, mask=rvalid, other=0).to(tl.int64)
+    e, rvalid, pair = block_pairs(pid_m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
