@@ -1,5 +1,6 @@
 #!/bin/bash
-# fp8 block-scale MoE (issue 26) on the lent H200 (device tool). One stage per device call keeps each
+# fp8 block-scale MoE (issue 26) on the lent H200 (device tool), stage by stage (the whole path in one
+# bounded call: benchmarks/device_moe_fp8bs_sm90.sh). One stage per device call keeps each
 # under the 10-minute limit; everything the runner writes is packed into $OUT/moe_fp8_evidence.tgz.
 #   t   GPU tests: the port and the cuBLAS per-expert fallback against the oracle (two token counts),
 #       and which production references load here (DeepGEMM, vLLM, SGLang: import errors printed)
@@ -34,7 +35,7 @@ for mod in ('deep_gemm', 'vllm.model_executor.layers.fused_moe.fused_moe', 'sgla
         __import__(mod); print(mod, 'imports')
     except Exception as exc:
         print(mod, 'does not import:', type(exc).__name__, str(exc)[:200])" ;;
-  c) run timeout 500 python3 benchmarks/compile_check_moe_fp8_sm90.py --out "$OUT/moe_fp8_compile_h200.json" ;;
+  c) run timeout 500 python3 benchmarks/compile_check_sm90.py --card $CARD --out "$OUT/moe_fp8_compile_h200.json" ;;
   d) run timeout 560 python3 -m skillrun run $CARD --rounds "$ROUNDS" --cuda-graph \
         --shape 1,7168,2048,256,8 --shape 16,7168,2048,256,8 --shape 64,7168,2048,256,8 ;;
   p) run timeout 560 python3 -m skillrun run $CARD --rounds "$ROUNDS" --cuda-graph \

@@ -18,7 +18,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def card_shapes(card_id: str, untuned: bool = False, root: Path = REPO) -> list[str]:
+def card_cases(card_id: str, untuned: bool = False, root: Path = REPO) -> list[tuple[str, str]]:
+    """(shape text, recipe name) of every distinct shape the card's tests.selects cases list, in card order."""
     path = root / "skills" / card_id / "SKILL.md"
     try:
         front = path.read_text().split("---\n", 2)[1]
@@ -36,8 +37,22 @@ def card_shapes(card_id: str, untuned: bool = False, root: Path = REPO) -> list[
             text = ",".join(f"{k}={int(v)}" for k, v in shape.items())
         if text not in seen:
             seen.add(text)
-            out.append(text)
+            out.append((text, str(case.get("recipe"))))
     return out
+
+
+def card_shapes(card_id: str, untuned: bool = False, root: Path = REPO) -> list[str]:
+    return [text for text, _ in card_cases(card_id, untuned, root)]
+
+
+def recipes_first(cases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first case of each recipe (in card order), then the rest: a device call whose budget runs
+    out part-way has still run every recipe once."""
+    firsts, rest, named = [], [], set()
+    for case in cases:
+        (rest if case[1] in named else firsts).append(case)
+        named.add(case[1])
+    return firsts + rest
 
 
 def main(argv: list[str]) -> int:

@@ -20,15 +20,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_shapes import card_shapes  # noqa: E402
+from recipe_shapes import card_cases, recipes_first  # noqa: E402
 
 
-def targets(args: list[str]) -> list[tuple[str, str]]:
+def targets(args: list[str], spread: bool = False) -> list[tuple[str, str]]:
+    """(card, shape) per target; ``spread``: a card's shapes one per recipe first (recipes_first)."""
     out = []
     for a in args:
         card, _, shape = a.partition(":")
-        shapes = [shape] if shape else [s for s in card_shapes(card, untuned=True)]
-        out += [(card, s) for s in shapes]
+        if shape:
+            out.append((card, shape))
+            continue
+        cases = card_cases(card, untuned=True)
+        out += [(card, s) for s, _ in (recipes_first(cases) if spread else cases)]
     return out
 
 
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="spawn (a fresh interpreter per task) is the GPU default; fork children failed CUDA init on the H200")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--recipes-first", action="store_true",
+                    help="run one shape of each recipe of a card before its other shapes (a short budget still covers every recipe)")
     ap.add_argument("--emit-bench-configs", type=Path, metavar="JSON",
                     help="only write {MxNxK: config} of the recipes the runner selects for the block-scale targets "
                          "(for bench_fp8_blockscale_sm90.py --configs), then exit")
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     isolation = a.isolation
     t0 = time.time()
-    rows, todo = [], targets(a.targets)
+    rows, todo = [], targets(a.targets, a.recipes_first)
     for i, (card, shape) in enumerate(todo):
         left = a.budget_s - (time.time() - t0)
         avg = (time.time() - t0) / i if i else 0.0

@@ -30,13 +30,20 @@ _OP_CLASSES = {
 }
 
 
+def op_classes(op: str) -> set[str]:
+    """The card ``operator`` values an op belongs to (empty: unknown)."""
+    return _op_classes(op)
+
+
 def _op_classes(op: str) -> set[str]:
     if op in _OP_CLASSES:
         return _OP_CLASSES[op]
     low = op.lower()
     out = set()
     if "moe" in low or "expert" in low:
-        out |= {"moe", "grouped_gemm"}
+        # a MoE op is a MoE layer, whatever quantization its name spells: cards for dense (scaled)
+        # GEMMs must not take the expert GEMMs it launches (ingest links them to the layer op)
+        return {"moe", "grouped_gemm"}
     if "gemm" in low or "matmul" in low:
         out |= {"dense_gemm"}
     if "scale" in low or "a8w8" in low or "fp8" in low:

@@ -12,7 +12,10 @@ from typing import Any, Optional
 
 from skillrun.kb.cards import Recipe, SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
+from skillrun.kb.regex import RegexRejected, compile_card_regex
 from skillrun.models import KernelStat, MatchReport, Plan, PlanItem, Profile
+from skillrun.names import name_forms
+from skillrun.match import op_classes
 from skillrun.select import select_recipe
 
 
@@ -171,11 +174,21 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
         # the batch (provenance inferred_loop); the user's --shape overrides it.
         keys = set(problem_keys(card))
         k = by_name[m.kernel]
-        shaped = [oc for oc in k.ops if oc.shape and keys <= set(oc.shape)]
+        # Calls of the kernel whose launching op is of another operator class are not this card's
+        # (one cuBLAS kernel serves dense GEMMs and, inside a MoE layer op, the layer's expert GEMMs)
+        wanted = set(card.match.get("operator", []))
+        mine = [oc for oc in k.ops if not op_classes(oc.op) or op_classes(oc.op) & wanted]
+        # A card that identified the kernel by its launching op alone (its name regex missed) takes
+        # only that op's calls: the layer op's, not the same kernel's dense calls elsewhere
+        spec_ops = {spec["name"] for spec in card.match["profile_signature"].get("ops", [])}
+        if spec_ops and not _name_hit(card, k):
+            mine = [oc for oc in mine if oc.op in spec_ops]
+        foreign_us = sum(oc.total_us for oc in k.ops if oc not in mine)
+        shaped = [oc for oc in mine if oc.shape and keys <= set(oc.shape)]
         for oc in shaped:
             items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch, **ev_kw))
         if "batch" in keys and not shapes:
-            for oc in k.ops:
+            for oc in mine:
                 if oc in shaped or not oc.shape or not oc.loop_batch or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
                     continue
                 it = _item(card, k, {"batch": oc.loop_batch, **oc.shape}, "inferred_loop", oc.dtype, 100.0 * oc.total_us / total,
@@ -184,13 +197,15 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
                                 f"({','.join(f'{a}={b}' for a, b in oc.shape.items())}) per profiler step; --shape overrides it")
                 items.append(it)
                 shaped.append(oc)
-        rest_us = k.total_us - sum(oc.total_us for oc in shaped)
+        rest_us = k.total_us - foreign_us - sum(oc.total_us for oc in shaped)
         if rest_us > 0.005 * k.total_us or not shaped:
             share = 100.0 * rest_us / total
-            partial = [oc for oc in k.ops if oc.shape and oc not in shaped]
-            if shapes:
-                for s in shapes:
-                    it = _item(card, k, s, "user", None, share / len(shapes), index, profile.arch, **ev_kw)
+            partial = [oc for oc in mine if oc.shape and oc not in shaped]
+            # a --shape applies to the cards whose problem it speaks of (a MoE shape names no M,N,K)
+            usable = [s for s in shapes or () if keys & set(s)]
+            if usable:
+                for s in usable:
+                    it = _item(card, k, s, "user", None, share / len(usable), index, profile.arch, **ev_kw)
                     if partial:
                         it.notes.append("the trace's shapes (" + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
                                         + ") do not determine this card's problem; using the shape given with --shape")
@@ -207,6 +222,14 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
         plan.projected_gain_pct = round(sum(max(0.0, g) for g in gains), 4)
         plan.projected_gain_all_pct = round(sum(gains), 4)
     return plan
+
+
+def _name_hit(card: SkillCard, k: KernelStat) -> bool:
+    try:
+        rx = compile_card_regex(card.regex)
+    except RegexRejected:
+        return False
+    return any(rx.search(f) for f in name_forms(k.name, k.demangled))
 
 
 def _merge(items: list[PlanItem]) -> list[PlanItem]:

@@ -279,6 +279,10 @@ def _rule_moe(dims, types, concrete):
     if tw is not None and len(tw) == 2 and tw[0] == t:
         shape["topk"] = tw[1]
     out.shape = shape
+    # DeepSeek-style block scales: a W1 scale argument (any position) of one fp32 per 128x128 block
+    blocks = [e, -(-w1[1] // 128), -(-d // 128)]
+    if any(_dims(dims, i) == blocks for i in range(4, len(dims))):
+        out.scale_recipe = "blockwise_1x128_128x128"
     return out
 
 

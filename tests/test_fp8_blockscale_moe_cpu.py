@@ -280,3 +280,28 @@ def test_gpu_port_and_cublas_fallback_match_oracle(tokens):
         launch.run(launch.prepare(inp), out)
         assert torch.isfinite(out).all(), launch.name
         assert float((out.float() - ref).norm() / ref.norm()) < 1e-2, launch.name
+
+
+def test_layer_wrapper_offers_the_call_with_the_original_as_arm_a_thunk():
+    """kernels/_moe/routing.wrap_layer_builder: a call the route takes returns the route's value; one it
+    passes runs the original run; the thunk it is handed runs the original (what arm A times)."""
+    from skillrun_kernels._moe.routing import wrap_layer_builder
+    from skillrun_kernels.protocol import KernelLaunch
+
+    ran = []
+
+    def original(shape, config, device):
+        return KernelLaunch(name="orig", run=lambda p, out: ran.append("orig") or "orig-result")
+
+    seen = []
+
+    def route(target, call, thunk):
+        seen.append((target, call))
+        return (True, thunk()) if call == "take" else (False, None)
+
+    build = wrap_layer_builder("t:build", lambda p, out: p["decision"])(original, route)
+    assert build.__name__ == "original" and build.__wrapped__ is original
+    launch = build(SMALL, {}, "cpu")
+    assert launch.run({"decision": "take"}, None) == "orig-result" and ran == ["orig"]
+    assert launch.run({"decision": "not a layer"}, None) == "orig-result" and ran == ["orig", "orig"]
+    assert seen == [("t:build", "take"), ("t:build", "not a layer")]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from skillrun_kernels._moe.routing import expert_rows
 from skillrun_kernels.fp8_blockscale_gemm.problem import (
     BLOCK,
     FP8_DTYPE,
@@ -122,19 +123,6 @@ def dequant_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.float().repeat_interleave(BLOCK, 1)[:, : q.shape[1]]
 
 
-def expert_rows(topk_ids: torch.Tensor):
-    """Yield (expert, token indices, slot indices) for every expert that received tokens."""
-    flat = topk_ids.reshape(-1).long()
-    order = torch.argsort(flat, stable=True)
-    experts, counts = torch.unique_consecutive(flat[order], return_counts=True)
-    start = 0
-    topk = topk_ids.shape[1]
-    for e, c in zip(experts.tolist(), counts.tolist()):
-        pairs = order[start:start + c]
-        start += c
-        yield e, pairs // topk, pairs % topk
-
-
 def _fp32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b.T in true fp32 (TF32 switched off for the call on CUDA)."""
     if not a.is_cuda:
@@ -215,9 +203,9 @@ __all__ = ["SHAPE_KEYS", "SHAPES", "FP8_MAX", "dims", "make_inputs", "oracle", "
 
 def ci_shape(shape: dict | None) -> dict:
     """The shape CI compiles a recipe at: its own regime (tokens, experts, topk pick the config) with
-    model_dim and inter_dim rounded down to whole 128 blocks, so a recipe whose representative shape is
-    deliberately off the tuned table (the untuned fallback's model_dim 7000) still compiles; a valid
-    shape is returned unchanged. Without a shape, the first decode shape."""
+    model_dim and inter_dim rounded down to whole 128 blocks, so a representative shape the problem
+    would refuse (model_dim 7000) still compiles at the nearest served one; a valid shape is returned
+    unchanged. Without a shape, the first decode shape."""
     if not shape:
         return dict(SHAPES[0])
     return {**shape, **{k: max(BLOCK, int(shape[k]) // BLOCK * BLOCK) for k in ("model_dim", "inter_dim")}}

@@ -14,6 +14,7 @@ the weight tensors are unchanged (``static``).
 """
 from __future__ import annotations
 
+from skillrun_kernels._moe.routing import refresher, shape_key, wrap_layer_builder
 from skillrun_kernels.protocol import RoutedCall
 
 from . import problem
@@ -25,11 +26,10 @@ TARGET = "skillrun_kernels.fp8_blockscale_moe.references:build_cublas_per_expert
 
 
 def plan_key(shape: dict) -> tuple:
-    return tuple(int(shape[k]) for k in problem.SHAPE_KEYS)
+    return shape_key(shape, problem.SHAPE_KEYS)
 
 
-def _refresh(prepared: dict, inputs: dict) -> dict:
-    return {**prepared, **{k: inputs[k] for k in _PER_CALL}}
+_refresh = refresher(_PER_CALL)
 
 
 def layer_call(p: dict, out) -> RoutedCall | str:
@@ -52,21 +52,4 @@ def layer_call(p: dict, out) -> RoutedCall | str:
     return RoutedCall(shape=shape, inputs=inputs, out=out, static=_WEIGHTS, refresh=_refresh)
 
 
-def _wrap_builder(original, route):
-    def build_cublas_per_expert(shape, config, device):
-        launch = original(shape, config, device)
-        baseline_run = launch.run
-
-        def run(p, out):
-            routed, value = route(TARGET, layer_call(p, out))
-            return value if routed else baseline_run(p, out)
-
-        launch.run = run
-        return launch
-
-    build_cublas_per_expert.__doc__ = original.__doc__
-    build_cublas_per_expert.__wrapped__ = original
-    return build_cublas_per_expert
-
-
-PY_TARGETS = {TARGET: _wrap_builder}
+PY_TARGETS = {TARGET: wrap_layer_builder(TARGET, layer_call)}

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from skillrun_kernels._moe.triton_routing import block_pairs
 from skillrun_kernels.moe_a16wi4.triton_sm90 import Routing, align_by_expert
 from skillrun_kernels.protocol import KernelLaunch
 
@@ -55,10 +56,7 @@ def _moe_fp8bs_gate_up_kernel(
 
     if pid_m * BLOCK_M >= tl.load(num_rows_ptr):
         return
-    e = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rvalid = rows < tl.load(valid_end_ptr + e)
-    pair = tl.load(sorted_ptr + rows, mask=rvalid, other=0).to(tl.int64)
+    e, rvalid, pair = block_pairs(pid_m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
     tok = pair // TOPK
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -120,10 +118,7 @@ def _moe_fp8bs_down_kernel(
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_rows_ptr):
         return
-    e = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rvalid = rows < tl.load(valid_end_ptr + e)
-    pair = tl.load(sorted_ptr + rows, mask=rvalid, other=0).to(tl.int64)
+    e, rvalid, pair = block_pairs(pid_m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -161,8 +156,9 @@ def _moe_fp8bs_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 # Regime by rows per expert r = tokens * topk / experts (DeepSeek-V3: r = tokens / 32). Starting points
-# chosen by compiling only (compile_only below; benchmarks/compile_check_sm90.py, ptxas for sm_90a: the configs with
-# the fewest spill bytes of a small sweep; compile_sm90.json), NOT by timing: no H200 run exists yet.
+# picked by compiling only, NOT by timing (no H200 run exists yet): the fewest-spill points of a small
+# sweep whose compiles lacked the launch's stride specialisation. Compiled as launched (compile_only
+# below, benchmarks/compile_check_sm90.py; compile_sm90.json) none of them spills.
 DEFAULT_DECODE = {"BLOCK_M": 16, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 64, "warps2": 4, "stages2": 3}
 DEFAULT_MID = {"BLOCK_M": 32, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 128, "warps2": 8, "stages2": 3}
 DEFAULT_PREFILL = {"BLOCK_M": 64, "BLOCK_N1": 128, "warps1": 8, "stages1": 3, "BLOCK_N2": 128, "warps2": 8, "stages2": 3}
@@ -298,6 +294,10 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
                         describe={"backend": "triton", "config": cfg, "tuned": False, "launches": 5})
 
 
+def _int_type(v: int) -> str:
+    return "i32" if -2**31 <= v < 2**31 else "i64"
+
+
 def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
     """Compile the two GEMM kernels ``build(shape, config)`` would launch for ``arch`` (no GPU) and
     return their static facts (kernels/protocol.py); the cast kernel is not a GEMM and is left out."""
@@ -308,9 +308,14 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
     cfg.update(config or {})
     check_config(cfg, d, i)
     routing = ("sorted_ptr", "block_expert_ptr", "valid_end_ptr", "num_rows_ptr")
+    # stage1's two unspecialised ints, valued as it launches them: the JIT still types a Python int
+    # by its value (i32 below 2**31), so i32 for any tokens * model_dim < 2**31
+    zero_numel = t * d
+    max_blocks = triton.cdiv(t * k + min(e, t * k) * (cfg["BLOCK_M"] - 1), cfg["BLOCK_M"])
+    per_prog = triton.cdiv(zero_numel, max_blocks * (i // cfg["BLOCK_N1"]))
     s1_types = {"a_ptr": "*fp8e4nv", "as_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "h_ptr": "*fp8e4nv",
                 "hs_ptr": "*fp32", "zero_ptr": "*fp32", **{r: "*i32" for r in routing},
-                "zero_numel": "i64", "zero_per_prog": "i64"}
+                "zero_numel": _int_type(zero_numel), "zero_per_prog": _int_type(per_prog)}
     s2_types = {"h_ptr": "*fp8e4nv", "hs_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "acc_ptr": "*fp32",
                 "tw_ptr": "*fp32", **{r: "*i32" for r in routing}}
     # contiguous operands (prepare makes the weights so): w1 (E, 2I, D), w2 (E, D, I), scales per 128x128

@@ -45,6 +45,12 @@ _STEP_RE = re.compile(rb'"cat"\s*:\s*"user_annotation"\s*,\s*"name"\s*:\s*"Profi
 _CAPTURE_RE = re.compile(rb'"cat"\s*:\s*"cuda_(?:runtime|driver)"\s*,\s*"name"\s*:\s*"(?:cuda|hip|cu)Stream(Begin|End)Capture[^"]*"'
                          rb'\s*,\s*"pid"\s*:\s*[^,]*,\s*"tid"\s*:\s*(-?\d+)\s*,\s*"ts"\s*:\s*(-?[0-9.eE+-]+)')
 _CAPTURE_TOKEN = re.compile(rb'Stream(?:Begin|End)Capture')
+# Whole fused-MoE layer ops (vLLM's and SGLang's ``*::outplace_fused_experts``, a workload's own
+# ``*::fused_moe_*`` custom op): every kernel launched inside one belongs to that layer, whatever aten
+# op launched it (the linker decides, once the op's Input Dims say it is a MoE layer). Routing
+# helpers (moe_align_block_size, moe_sum, moe_sorting) are not layers.
+LAYER_OP = re.compile(r"(?i)fused_moe|fused_experts")
+_LAYER_TOKENS = (b"fused_moe", b"fused_experts", b"FUSED_MOE", b"FUSED_EXPERTS")
 
 
 _RX_CACHE: dict = {}
@@ -185,6 +191,7 @@ class Shard:
         self.events_bad = 0
         self._nest: Optional[dict] = None
         self.steps: list[tuple] = []  # ProfilerStep annotations: (tid, start, end)
+        self.layers: list[tuple] = []  # fused-MoE layer ops (LAYER_OP): (tid, start, end, External id)
         self.capture_marks: list[tuple] = []  # (tid, ts, is_begin) of stream-capture begin/end calls
         # thread and time of every kernel-launch call (…Launch…), to count those inside a capture
         self.launch_tid = array("q")
@@ -296,6 +303,8 @@ class Shard:
                 sub = {k: args[k] for k in _SIG_KEYS if k in args}
                 sig = orjson.dumps(sub)[1:-1] if sub else b""
                 self.ops[ext] = (self._opkey(name, sig), ts, dur or 0.0, _tid(ev.get("tid")))
+                if LAYER_OP.search(name):
+                    self.layers.append((_tid(ev.get("tid")), ts, ts + (dur or 0.0), ext))
             else:
                 if "Capture" in name and ("BeginCapture" in name or "EndCapture" in name) and ts is not None:
                     self.capture_marks.append((_tid(ev.get("tid")), ts, "BeginCapture" in name))
@@ -336,6 +345,22 @@ class Shard:
                     break
         return n
 
+    def _scan_layers(self, buf: bytes, prefix: bytes) -> None:
+        """Fused-MoE layer ops of a chunk (LAYER_OP), read only when their name occurs in it (a
+        Triton ``fused_moe_kernel`` name brings a harmless extra pass over the chunk's op heads)."""
+        if not any(tok in buf for tok in _LAYER_TOKENS):
+            return
+        found = []
+        for m in _op_head(prefix).finditer(buf):
+            name = m.group(1).decode("utf-8", "replace")
+            if LAYER_OP.search(name):
+                try:
+                    ts, dur = float(m.group(3)), float(m.group(4))
+                except ValueError:  # an odd number: that layer is not attributed, the rest of the chunk stands
+                    continue
+                found.append((int(m.group(2)), ts, ts + max(dur, 0.0), int(m.group(5))))
+        self.layers.extend(found)
+
     def _scan_steps(self, buf: bytes) -> None:
         if b"ProfilerStep#" not in buf:
             return
@@ -359,6 +384,7 @@ class Shard:
                 self._scan_ops(buf, prefixes[CAT_OP])
             self._scan_captures(buf)  # before the steps: it may still send the chunk to the slow path
             self._scan_steps(buf)
+            self._scan_layers(buf, prefixes[CAT_OP])  # last: nothing after it can send the chunk back
             self.fast_chunks += 1
         except (ChunkMismatch, ValueError, IndexError, orjson.JSONDecodeError):
             self._rollback(mark)
@@ -563,7 +589,7 @@ class Shard:
                 "kgraph": array("b", self.kgraph), "launch": launch,
                 "kgrid": self.kgrid, "klaunch": self.klaunch, "graph_launches": self.graph_launches, "hip": self.hip, "cuda": self.cuda,
                 "fast_chunks": self.fast_chunks, "slow_chunks": self.slow_chunks, "events_bad": self.events_bad,
-                "steps": self.steps, "captures": sum(1 for m in self.capture_marks if m[2]),
+                "steps": self.steps, "layers": self.layers, "captures": sum(1 for m in self.capture_marks if m[2]),
                 "captured_launches": self.captured_launches()}
 
     def lookup_launches(self, corrs: Iterable[int]) -> dict[int, tuple]:

@@ -10,6 +10,8 @@ kernel ``args.correlation`` → runtime/driver launch with that correlation → 
 time). Fallbacks: the kernel's own ``External id``; then the innermost ``cpu_op`` enclosing the
 launch on the launching thread, preferring the innermost one that recorded ``Input Dims``.
 Kernels replayed from a CUDA/HIP graph are never attributed through the graph launch.
+One exception: a kernel launched inside a fused-MoE layer op whose Input Dims give a MoE shape is
+linked to that layer op, not to the inner aten op (:func:`_attribute_layers`).
 """
 from __future__ import annotations
 
@@ -614,6 +616,7 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
                 link[ti][ki] = (ba[1], ba[2])
                 when[ti][ki] = (tid, ba[0])
 
+    _attribute_layers(handles, tables, link, when, opkeys)
     _mark("validate+nest")
     # 5. Aggregate per (name, device, op, graph) and hand over to the builder.
     refs: dict[tuple, OpRef] = {}
@@ -699,6 +702,61 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     builder.kernel_devices = kernel_devices
 
 
+
+
+def _attribute_layers(handles: list, tables: list, link: list, when: list, opkeys: dict) -> None:
+    """Kernels launched inside a fused-MoE layer op belong to that layer.
+
+    A MoE layer written in PyTorch (a loop of per-expert GEMMs, or vLLM's fused experts with their
+    torch glue) launches its kernels through inner aten ops (``aten::_scaled_mm``, ``aten::index``…)
+    that alone look like dense work; the enclosing layer op (``_kineto_shard.LAYER_OP``, registered
+    as a custom op by the stack or the workload) is what says "MoE" and carries the layer's shape.
+    A launch on the same thread inside such an op is re-linked to it, once its Input Dims resolve a
+    MoE shape (shapes._rule_moe: tokens and experts); otherwise nothing changes. Graph replays are
+    left alone (their launching op is not the replay's context)."""
+    layers = [lay for t in tables for lay in t.get("layers", ())]
+    if not layers:
+        return
+    from bisect import bisect_right
+
+    from ..shapes import op_shape
+
+    exts = {lay[3] for lay in layers}
+    found: dict[int, tuple] = {}
+    for si, (res, used) in enumerate(_all(handles, "lookup_ops", [(exts,)] * len(handles))):
+        for ext, v in res.items():
+            found[ext] = (si,) + v
+        for oid, key in used.items():
+            opkeys[(si, oid)] = key
+    by_tid: dict[Any, list] = {}
+    for tid, start, end, ext in layers:
+        op = found.get(ext)
+        if op is None:
+            continue
+        key = (op[0], op[1])
+        name, sig, has_dims = opkeys[key]
+        if not has_dims:
+            continue
+        try:
+            args = orjson.loads(b"{" + sig + b"}")
+        except orjson.JSONDecodeError:
+            continue
+        shape = op_shape(name, args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")).shape or {}
+        if "tokens" in shape and "experts" in shape:
+            by_tid.setdefault(tid, []).append((start, end, key))
+    for lst in by_tid.values():
+        lst.sort(key=lambda x: x[0])
+    starts = {tid: [x[0] for x in lst] for tid, lst in by_tid.items()}
+    for ti, t in enumerate(tables):
+        for ki, (l, g) in enumerate(zip(t["launch"], t["kgraph"])):
+            if g or l is None or l[1] or l[3] < 0 or l[2] not in by_tid:
+                continue
+            lst = by_tid[l[2]]
+            i = bisect_right(starts[l[2]], l[3] + LAUNCH_EPS_US) - 1
+            # the nearest layer op starting before the launch; nested layer ops are not expected
+            if i >= 0 and lst[i][1] + LAUNCH_EPS_US >= l[3]:
+                link[ti][ki] = lst[i][2]
+                when[ti][ki] = (l[2], lst[i][0])
 
 
 def _infer_loops(tables: list, link: list, when: list, refs: dict, builder: ProfileBuilder) -> None:
