@@ -14,7 +14,11 @@
 #   Every artifact written (validation/…) and the e2e plan -> $OUT/moe_fp8bs_evidence.tgz (the device
 #   tool returns at most 8 files: log, trace, analysis.txt/.json, validate.json, e2e.json, the archive)
 #   source .ci/device-env.sh is done here. Env: BUDGET_S (240), ROUNDS (30), E2E_N (2: A/B
-#   alternations), E2E_RESERVE_S (90: kept back for step 4), SKILLRUN_GIT_REVISION (recorded).
+#   alternations), E2E_RESERVE_S (120: kept back for step 4, whose workload runs, 8 with E2E_N=2
+#   (A B A B, an A/A pair, one profiled run per arm), each import torch and build 22 GB of fp8
+#   expert weights), SKILLRUN_GIT_REVISION (recorded). At 240 s step 3 reaches one or two
+#   recipe shapes (each a fresh process with E=256 inputs and the fp32 oracle): BUDGET_S=500 in one
+#   device call runs more of them (the device tool allows 600 s a call).
 #   SKILLRUN_GIT_REVISION=$(git rev-parse --short HEAD) OUT=/tmp/out bash benchmarks/device_moe_fp8bs_sm90.sh
 set -o pipefail
 source .ci/device-env.sh
@@ -23,7 +27,7 @@ mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-240}
 ROUNDS=${ROUNDS:-30}
 E2E_N=${E2E_N:-2}
-E2E_RESERVE_S=${E2E_RESERVE_S:-90}
+E2E_RESERVE_S=${E2E_RESERVE_S:-120}
 CARD=triton_moe_fp8_blockscale_sm90
 WORKLOAD=benchmarks/workloads/fp8_blockscale_moe_workload.py
 ROUTE=kernels/fp8_blockscale_moe/route.py
@@ -79,7 +83,7 @@ fi
 if [ -f "$ROUTE" ] && [ -s "$OUT/analysis.json" ]; then
   if python3 benchmarks/plan_filter.py "$OUT/analysis.json" --card "$CARD" --out "$OUT/plan_moe.json" 2>&1 | tee -a "$LOG"; then
     run "$(left)" python3 -m skillrun e2e --plan "$OUT/plan_moe.json" -n "$E2E_N" --timeout 60 --json -- \
-      python3 "$WORKLOAD" > "$OUT/e2e.json"
+      python3 "$WORKLOAD" --iters 4 > "$OUT/e2e.json"
   else
     say "e2e skipped: the workload's trace gave no item of $CARD (see analysis.txt)"
   fi

@@ -8,9 +8,10 @@ in the contiguous layout, launched once per stage, with torch glue between the s
 (DeepGEMM's "contiguous" layout; facts/fp8_blockscale_moe.md), so every ``tile_m``-row M block
 belongs to one expert ``e = block_expert[block]``. What is a kernel and what is not:
 
-* **Kernel** (``moe_fp8bs_g{1,2}_…``, written for this project from the dense block-scale core
-  ``fp8_blockscale_gemm/flydsl_4wave.py``; the dense module is left untouched so its measured
-  artifacts stay current): 4 waves split N; per 128-deep K block one unscaled fp8 MFMA
+* **Kernel** (``moe_fp8bs_g{1,2}_…``: the dense block-scale tile of
+  ``fp8_blockscale_gemm/flydsl_4wave.py``, shared as ``_flydsl.blockscale_tile.emit_tile``, over
+  per-expert buffer windows; the dense module keeps its own copy so its measured artifacts stay
+  current): 4 waves split N; per 128-deep K block one unscaled fp8 MFMA
   (``v_mfma_scale_f32_16x16x128_f8f6f4`` with both E8M0 scales pinned to 1.0; gfx942: four
   ``v_mfma_f32_16x16x32_fp8_fp8``) promoted in software ``acc = fma(block, sa[row] * sb[col], acc)``;
   the weight buffer descriptor and the 128x128 scale descriptor are rebased to expert ``e`` with
@@ -30,14 +31,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from skillrun_kernels._flydsl.blockscale_tile import NTHREADS, WAVES, emit_tile
 from skillrun_kernels._flydsl.runtime import check_mfma_tiles, config_from_dict, waves_per_eu_attrs
 from skillrun_kernels.fp8_blockscale_gemm import layout as L
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
 from . import problem
 
-NTHREADS = 256
-WAVES = 4
 KERNEL_PREFIX = "moe_fp8bs"
 
 
@@ -84,11 +84,7 @@ def _grouped_body(g: dict, C, A, B, SA, SB, BE, M) -> None:
     """One (M block, N tile) of the grouped GEMM; traced once per specialization (Python loops unroll)."""
     from skillrun_kernels._flydsl import dsl as D
 
-    N, K, tm, tn, tk = g["N"], g["K"], g["tm"], g["tn"], g["tk"]
-    m_rep, n_acc, kbs, n_ktiles, nkb = g["m_rep"], g["n_acc"], g["kbs"], g["n_ktiles"], g["nkb"]
-    a_steps, c_steps, a_tile, lds_bytes, grid_n = g["a_steps"], g["c_steps"], g["a_tile"], g["lds_bytes"], g["grid_n"]
-    v4i32 = D.vec_t(4, D.i32_t())
-    v4f32 = D.vec_t(4, D.f32_t())
+    N, K, tm, tn, nkb, grid_n = g["N"], g["K"], g["tm"], g["tn"], g["nkb"], g["grid_n"]
     tid = D.thread_id()
     lane = L.fmod(tid, 64)
     wave = D.wave_uniform(L.fdiv(tid, 64))
@@ -108,114 +104,8 @@ def _grouped_body(g: dict, C, A, B, SA, SB, BE, M) -> None:
     rs_a = D.tensor_rsrc(A, Mv * K)
     rs_sa = D.tensor_rsrc(SA, Mv * (nkb * 4))
     rs_c = D.tensor_rsrc(C, Mv * (N * 2))
-    lds = D.lds_alloc(lds_bytes)
-
-    def load_a(kt):
-        regs = []
-        for s in range(a_steps):
-            row, kbyte = L.tile_copy_coords(tid, s, tk, NTHREADS)
-            regs.append(D.buffer_load(rs_a, (m0 + row) * K + (kt * tk) + kbyte))
-        return regs
-
-    def store_a(regs, buf):
-        for s, r in enumerate(regs):
-            row, kbyte = L.tile_copy_coords(tid, s, tk, NTHREADS)
-            D.lds_store(lds, L.lds_swizzle_offset(row, kbyte, tk) + buf * a_tile, r)
-
-    def a_frag(buf, mi, kbl):
-        row = L.operand_row(lane) + mi * 16
-        halves = [
-            D.lds_load(lds, L.lds_swizzle_offset(row, L.frag_chunk_k(lane, h) + kbl * L.BLOCK_K, tk) + buf * a_tile, v4i32)
-            for h in (0, 1)
-        ]
-        return D.concat(*halves)
-
-    def load_b(kt):
-        frags = []
-        for kbl in range(kbs):
-            kb = kt * kbs + kbl
-            row = []
-            for ni in range(n_acc):
-                col = wcol + ni * 16 + L.operand_row(lane)
-                halves = [D.buffer_load(rs_b, L.b_frag_offset(col, kb, lane, h, K)) for h in (0, 1)]
-                row.append(D.concat(*halves))
-            frags.append(row)
-        return frags
-
-    def load_scales(kt):
-        sa, sb = [], []
-        for kbl in range(kbs):
-            kb = kt * kbs + kbl
-            sa.append([
-                D.bitcast(D.buffer_load(rs_sa, L.a_scale_index(m0 + mi * 16 + L.acc_row(lane, 0), kb, Mv) * 4), v4f32)
-                for mi in range(m_rep)
-            ])
-            sb.append([D.scalar_load_f32(rs_sb, L.b_scale_index(wcol + ni * 16, kb, K) * 4) for ni in range(n_acc)])
-        return sa, sb
-
-    one = D.e8m0_one()
-
-    def block_mma(af, bf):
-        if g["gfx950"]:
-            return D.mfma_scale_16x16x128(af, bf, D.zeros_f32(4), one, one)
-        a64 = D.bitcast(af, D.vec_t(4, D.i64_t()))
-        b64 = D.bitcast(bf, D.vec_t(4, D.i64_t()))
-        blk = D.zeros_f32(4)
-        for j in range(4):
-            blk = D.mfma_fp8_16x16x32(D.extract(a64, j), D.extract(b64, j), blk)
-        return blk
-
-    def promote(blk, sa_v, sb_s, acc):
-        return D.fma(blk, D.mulf(sa_v, D.splat(sb_s, 4)), acc)
-
-    acc = [[D.zeros_f32(4) for _ in range(n_acc)] for _ in range(m_rep)]
-    a_next = load_a(0)
-    b_cur = load_b(0)
-    s_cur = load_scales(0)
-    store_a(a_next, 0)
-    D.barrier()
-    for kt in range(n_ktiles):
-        last = kt + 1 == n_ktiles
-        if not last:
-            a_next = load_a(kt + 1)
-        buf = kt % 2
-        sa_t, sb_t = s_cur
-        for kbl in range(kbs):
-            pending = []  # row-pipelined promote: row mi-1's FMAs after row mi's MFMAs
-            for mi in range(m_rep):
-                af = a_frag(buf, mi, kbl)
-                row_blocks = [block_mma(af, b_cur[kbl][ni]) for ni in range(n_acc)]
-                for pmi, blks in pending:
-                    for ni, blk in enumerate(blks):
-                        acc[pmi][ni] = promote(blk, sa_t[kbl][pmi], sb_t[kbl][ni], acc[pmi][ni])
-                pending = [(mi, row_blocks)]
-            if kbl + 1 == kbs and not last:
-                b_next = load_b(kt + 1)
-            for pmi, blks in pending:
-                for ni, blk in enumerate(blks):
-                    acc[pmi][ni] = promote(blk, sa_t[kbl][pmi], sb_t[kbl][ni], acc[pmi][ni])
-        if not last:
-            s_next = load_scales(kt + 1)
-            store_a(a_next, (kt + 1) % 2)
-            D.barrier()
-            b_cur, s_cur = b_next, s_next
-
-    D.barrier()
-    row_bytes = tn * 2
-    for mi in range(m_rep):
-        for ni in range(n_acc):
-            vals = D.to_bf16(acc[mi][ni])
-            col = L.wave_columns(wave, tn, WAVES) + ni * 16 + L.acc_col(lane)
-            for i in range(4):
-                row = mi * 16 + L.acc_row(lane, i)
-                D.lds_store(lds, row * row_bytes + col * 2, D.extract(vals, i), align=2)
-    D.barrier()
-    for s in range(c_steps):
-        row, cbyte = L.tile_copy_coords(tid, s, row_bytes, NTHREADS)
-        gm = m0 + row
-        gc = n0 + L.fdiv(cbyte, 2)
-        v = D.lds_load(lds, row * row_bytes + cbyte, v4i32)
-        D.buffer_store(v, rs_c, D.guarded_offset(D.cmp_lt(gm, Mv), gm * (N * 2) + gc * 2))
+    emit_tile(D, g, tid=tid, lane=lane, wave=wave, Mv=Mv, m0=m0, n0=n0, wcol=wcol,
+              rs_a=rs_a, rs_b=rs_b, rs_sa=rs_sa, rs_sb=rs_sb, rs_c=rs_c)
 
 
 def make_kernel(stage: int, N: int, K: int, cfg: Config, arch: str):
