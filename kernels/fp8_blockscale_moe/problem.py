@@ -20,6 +20,9 @@ The oracle is fp32 everywhere except where the recipe itself quantizes: h is re-
 per 1x128 block of each pair row (``quantize_rows_1x128``, amax / 448 scales) exactly as vLLM's
 fused_moe, aiter and DeepGEMM pipelines do before the down GEMM. A port that computes h slightly
 differently can flip the rounding of a few fp8 codes (one fp8 ulp each); the tolerance covers it.
+Production pipelines also round gate/up to bf16 before SiLU: on the H200 (commit 0249008) the cuBLAS
+per-expert path measured rel_fro 0.014-0.015 against this oracle with elements up to ~0.04 off, so
+the family's ceiling is the dense GEMM's (below), not tighter.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ from skillrun_kernels.fp8_blockscale_gemm.problem import (
 )
 
 SHAPE_KEYS = ("tokens", "model_dim", "inter_dim", "experts", "topk")
+# The loosest tolerance a card of this family may declare (lint; skillrun.kb.tolerance).
+TOLERANCE_LIMITS = {"rtol": 0.05, "atol": 0.05, "max_rel_fro": 0.02, "min_cosine": 0.995}
 
 # DeepSeek-V3/R1's routed experts (E=256, top-8, 7168 -> 2048) at decode, small-batch and prefill
 # token counts, plus the 32-expert shard one rank holds under EP8.

@@ -30,9 +30,11 @@ from skillrun_kernels.protocol import KernelLaunch, ReferenceUnavailable, Unsupp
 
 from . import problem
 
-# Torch routing / elementwise kernels any torch-side glue launches (aten, CUB sorts and scans, copies).
+# Torch routing / elementwise kernels any torch-side glue launches (aten, CUB sorts and scans, copies;
+# at::cuda:: holds the routing count, kernelHistogram1D, seen inside the cuBLAS per-expert slot on
+# the H200 at commit 0249008, where its absence failed that slot's integrity check).
 TORCH_GLUE_KERNELS = (
-    r"^(void (at::native::|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
+    r"^(void (at::native::|at::cuda::|at_cuda_detail::cub::|\(anonymous namespace\)::elementwise_kernel_with_index<)"
     r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel|Memcpy |Memset )"
 )
 CUBLAS_BLOCKWISE_KERNELS = r"nvjet_sm90_qqtst_\w*Ablk128_Bvec128|cublasLt::splitKreduce_kernel"
