@@ -170,7 +170,10 @@ def test_graph_samples_of_several_back_to_back_calls_are_reported_per_call():
     assert t["position_effect"]["median_ms_by_position"]["port"][0] * 1e3 == pytest.approx(PORT_US, rel=0.01)
 
 
-def test_a_slot_that_synchronizes_inside_its_launch_keeps_its_samples_with_a_warning():
+def test_a_slot_that_synchronizes_inside_its_launch_gets_every_launch_held_on_its_own():
+    """A per-expert loop that reads counts back ends any round hold early; before, the slots after it
+    in a round started on an idle device and paid the launch latency (a 49-93 % position effect on
+    the H200's MoE shapes, commit 0249008). Now every launch gets its own hold after three such rounds."""
     gpu = SimGPU()
 
     def syncing():  # eager code that reads a count back from the device mid-launch
@@ -178,11 +181,34 @@ def test_a_slot_that_synchronizes_inside_its_launch_keeps_its_samples_with_a_war
         gpu.synchronize()
         gpu.kernel(30.0)
 
-    slots = {"port": [syncing], "baseline": [lambda: gpu.kernel(BASE_US)], "baseline#aa": [lambda: gpu.kernel(BASE_US)]}
-    t, _ = _run(gpu, slots, rounds=12)
-    assert t["hold_ineffective"] and len(t["samples"]["port"]) == 12  # nothing lost
+    slots = {"sync": [syncing], "port": [lambda: gpu.kernel(PORT_US)], "baseline": [lambda: gpu.kernel(BASE_US)],
+             "baseline#aa": [lambda: gpu.kernel(BASE_US)]}
+    t, timer = _run(gpu, slots, rounds=40)
+    assert timer.launch_hold and not t["hold_ineffective"]
+    assert t["unheld_rounds"] <= 3 and t["self_syncing"].get("sync", 0) >= 30 and set(t["self_syncing"]) == {"sync"}
+    # the slots after it are measured off an idle device again: true times at every position
+    assert _med(t, "port") == pytest.approx(PORT_US, rel=0.01)
+    assert _med(t, "baseline") == pytest.approx(BASE_US, rel=0.01)
+    assert max(m for m in t["position_effect"]["median_ms_by_position"]["port"]) * 1e3 < PORT_US * 1.02
     w = " ".join(timing_warnings(engine_facts(t), {}, 1.0))
-    assert "waits for the host inside its launch" in w
+    assert "held on its own" in w and "sync (" in w
+
+
+def test_without_per_launch_holds_the_slots_after_a_syncing_one_are_biased():
+    """The teeth of the test above: the same simulation with launch holds disabled."""
+    gpu = SimGPU()
+
+    def syncing():
+        gpu.kernel(30.0)
+        gpu.synchronize()
+        gpu.kernel(30.0)
+
+    slots = {"sync": [syncing], "port": [lambda: gpu.kernel(PORT_US)], "baseline": [lambda: gpu.kernel(BASE_US)]}
+    timer = timing.EventTimer(device=gpu, sustain_ms=0.0)
+    timer._unheld_streak = -10_000  # never switches
+    t = timing.interleave(slots, timer, 30, 2, after_round=lambda info: gpu.host_work(500.0), rng=random.Random(1))
+    byp = t["position_effect"]["median_ms_by_position"]["port"]
+    assert max(byp) * 1e3 > PORT_US * 1.2  # the launch right after the syncing slot pays the latency
 
 
 # -- the sustained load before each round (power state) -----------------------------------------

@@ -68,6 +68,8 @@ def engine_facts(t: dict) -> dict:
         out["hold"] = {"used": bool(t.get("held")), "final_us": round(t["hold_us"], 1) if t.get("hold_us") else None,
                        "unheld_rounds": t.get("unheld_rounds", 0), "throttled_rounds": t.get("throttled_rounds", 0),
                        "ineffective": bool(t.get("hold_ineffective")),
+                       "per_launch": bool(t.get("launch_hold")),
+                       "self_syncing": dict(t.get("self_syncing") or {}),
                        "how": ("a device-side spin (torch.cuda._sleep, calibrated in SM cycles) queued before each round, "
                                "sized to outlast the host's queuing of the round; a round whose spin had ended before "
                                "the last launch was queued is not kept")
@@ -105,7 +107,14 @@ def timing_warnings(timing: dict, stats: dict, noise_pct: float | None) -> list[
         out.append(f"the hold did not cover {hold['unheld_rounds']} of the rounds: a slot waits for the host inside its "
                    "launch (eager code that synchronizes), so launches after it in a round may include idle-device "
                    "gaps; those rounds were kept (positions are balanced) rather than losing the slot")
-    elif hold.get("unheld_rounds"):
+    elif hold.get("per_launch"):
+        sync = ", ".join(f"{k} ({v} rounds)" for k, v in sorted((hold.get("self_syncing") or {}).items())) or "none seen"
+        out.append("a launch waited for the host inside itself, so every launch was then held on its own (a spin before "
+                   f"each start event) and no slot after it started on an idle device; synchronizing inside the launch: {sync} "
+                   "(their times include that host round trip, their own cost)")
+    if hold.get("unheld_rounds") and hold.get("per_launch"):
+        out.append(f"{hold['unheld_rounds']} round(s) before every launch was held on its own were left out")
+    elif hold.get("unheld_rounds") and not hold.get("ineffective"):
         out.append(f"{hold['unheld_rounds']} round(s) started before the round was fully queued (hold too short) "
                    "and were left out; the hold was lengthened")
     if hold.get("throttled_rounds"):

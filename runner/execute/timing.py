@@ -17,6 +17,12 @@ benchmarks in ``benchmarks/`` (``time_slots``). Rules it follows (../facts/measu
 3. **Raw samples are kept**: per slot the time, round, position and input set of every sample, per
    round the SM clock (where readable) and whether the hold covered it; ``position_effect`` reports
    per-position medians so a position effect is visible, not a silent shift.
+   A launch that waits for the host inside itself (a count read back, a per-expert loop that
+   synchronizes) ends any hold early, whatever its length, and the slots after it in the round then
+   start on an idle device. After three unheld rounds whose hold was already long enough for the
+   round's queuing, the timer holds every launch on its own (a spin before each start event): a
+   launch that still finds its spin ended synchronized inside itself (its time includes that host
+   round trip, which is its own cost); every other launch is measured off an idle device again.
 4. Rounds whose SM clock reads below 75 % of the session's median clock are dropped as throttled.
 5. **Sustained load before each round.** A GPU's clock follows its recent power draw: single held
    launches after the harness's integrity gap ran at the H200's 1980 MHz boost, back-to-back replays
@@ -171,6 +177,9 @@ class EventTimer:
         self._round_t0 = 0.0
         self._hold_end = None
         self.rounds_unheld = 0
+        self._unheld_streak = 0
+        self.launch_hold = False     # hold each launch on its own (see the module doc, rule 1)
+        self._launch_flags: list[bool] = []
         self.calibration_note: str | None = None
         if not hold:
             self.method = "device events around each launch (no hold: an idle device adds launch latency)"
@@ -228,23 +237,53 @@ class EventTimer:
 
     def measure(self, fn: Callable[[], Any]) -> Callable[[], float]:
         start, end = self.dev.event(), self.dev.event()
+        mark = None
+        if self.hold and self.launch_hold:
+            self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * self.calibrate()))
+            mark = self.dev.event()
+            mark.record()
         start.record()
         fn()
         end.record()
+        if mark is not None:
+            # Still spinning once this launch is queued: it met no idle device. Ended: it waited for
+            # the host inside itself (its own cost), or the spin was short (it grows below).
+            self._launch_flags.append(not bool(mark.query()))
         return lambda: float(start.elapsed_time(end))
 
     def end_round(self) -> dict[str, Any]:
         queued_us = self.dev.host_us() - self._round_t0
         held = None
+        flags, self._launch_flags = self._launch_flags, []
+        if self.launch_hold and flags:
+            # Judged per launch: a launch that ended its own spin synchronized inside itself (reported,
+            # its time is its own). When most launches of a round did, the spin is simply too short
+            # for one launch's queuing, and it grows.
+            if sum(1 for f in flags if not f) > len(flags) / 2:
+                self.hold_us = min(HOLD_MAX_US, 2 * self.hold_us)
+            self._hold_end = None
+            clock = self.dev.sm_clock_mhz()
+            self.dev.synchronize()
+            return {"held": True, "queue_us": queued_us, "clock_mhz": clock, "launch_held": flags}
         if self._hold_end is not None:
             # Still spinning now that every launch is queued: no launch of this round met an idle device.
             held = not bool(self._hold_end.query())
             want = HOLD_FACTOR * queued_us + HOLD_MARGIN_US
             if not held:
                 self.rounds_unheld += 1
-                self.hold_us = min(HOLD_MAX_US, max(2 * self.hold_us, want))
-            elif want > self.hold_us:
-                self.hold_us = min(HOLD_MAX_US, want)
+                # Each unheld round grows the hold past what that round's queuing needed, so three in a
+                # row mean a launch synchronizes inside itself (the host's queuing then includes the
+                # wait for the device, spin and all, and no hold can outlast it).
+                self._unheld_streak += 1
+                if self._unheld_streak >= 3:
+                    self.launch_hold = True
+                    self.hold_us = HOLD_START_US
+                else:
+                    self.hold_us = min(HOLD_MAX_US, max(2 * self.hold_us, want))
+            else:
+                self._unheld_streak = 0
+                if want > self.hold_us:
+                    self.hold_us = min(HOLD_MAX_US, want)
         # Read while the round's own kernels run: once the hold has ended (before it, the clock read is
         # the load's), and before the synchronize (an idle device reports its boost clock).
         if self._hold_end is not None and hasattr(self._hold_end, "synchronize"):
@@ -451,6 +490,7 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     observed: dict[str, list[float]] = {n: [] for n in names}
     observed_pos: dict[str, list[int]] = {n: [] for n in names}
     round_info: dict[str, list] = {"held": [], "clock_mhz": [], "queue_us": [], "load_ms": []}
+    self_sync: dict[str, int] = {}
     t0 = time.perf_counter()
     done, seen = 0, []
     timed_index = 0
@@ -468,6 +508,11 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
                 observed_pos[n].append(pos)
             seen.append(i)
         else:
+            lh = info.get("launch_held")
+            if lh and len(lh) == len(pending):
+                for (n, _), ok in zip(pending, lh):
+                    if not ok:
+                        self_sync[n] = self_sync.get(n, 0) + 1
             for pos, (n, read) in enumerate(pending):
                 r = raw[n]
                 r["ms"].append(read())
@@ -508,7 +553,8 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             "unheld_rounds": unheld, "hold_ineffective": hold_ineffective, "throttled_rounds": sum(1 for x in round_info.get("throttled", []) if x),
             "position_effect": position_effect(raw), "block": block,
             "held": bool(getattr(timer, "hold", False)), "hold_us": getattr(timer, "hold_us", None),
-            "sustain_ms": sustain_ms}
+            "sustain_ms": sustain_ms, "launch_hold": bool(getattr(timer, "launch_hold", False)),
+            "self_syncing": self_sync}
 
 
 def _drop_throttled(raw: dict[str, dict[str, list]], round_info: dict[str, list]) -> None:

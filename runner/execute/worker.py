@@ -389,7 +389,8 @@ def _session(task: dict) -> dict:
         res["timing"] = {"method": timer.method, "repeat": repeat,
                          **{k: t[k] for k in ("samples", "rounds", "warmup", "raw", "round_info",
                                                                        "position_effect", "unheld_rounds", "hold_ineffective", "throttled_rounds",
-                                                                       "observed", "observed_positions", "held", "hold_us", "sustain_ms")},
+                                                                       "observed", "observed_positions", "held", "hold_us", "sustain_ms",
+                                                                       "launch_hold", "self_syncing")},
                          "observed_rounds": len(t["observed_rounds"]),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in observer.kernel_ms().items()}
                                          if use_device else {})}
