@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from skillrun.execute import integrity, parity
+from skillrun.execute import integrity, operands, parity
 
 
 class DegenerateInput(ValueError):
@@ -35,7 +35,7 @@ class DegenerateInput(ValueError):
 
 class InputSets:
     def __init__(self, problem: Any, problem_name: str, shape: dict, device: str, launches: dict[str, Any],
-                 n_sets: int, rng: random.Random, in_place: bool = False) -> None:
+                 n_sets: int, rng: random.Random, in_place: bool = False, blind: set[str] | None = None) -> None:
         self.problem, self.problem_name, self.shape, self.device = problem, problem_name, shape, device
         self.launches, self.rng = launches, rng
         self.in_place = in_place  # CUDA graphs hold operand addresses: prepare's results must be copied in place
@@ -47,6 +47,11 @@ class InputSets:
         self.checks = {n: 0 for n in launches}  # checksum comparisons made around each slot's calls
         self.mutations: dict[str, list[str]] = {n: [] for n in launches}
         self.refreshes = 0
+        # prepare() is handed a decoy's activations, never a set's own (operands.py); one decoy serves every call.
+        # blind: the slots whose prepare() gets the decoy (the port and its peers; None: every slot).
+        self.decoy: dict = self._fresh()
+        hidden = operands.activation_keys(problem, self.decoy)
+        self.acts = {n: (hidden if blind is None or n in blind else []) for n in launches}
         for _ in range(n_sets):
             self.add_set()
 
@@ -62,7 +67,7 @@ class InputSets:
         for n in self.launches:
             copy = _clone(self.master[j])
             self.copies[n].append(copy)
-            self.prepared[n].append(self.launches[n].prepare(copy))
+            self.prepared[n].append(operands.prepare_blind(self.launches[n], copy, self.acts[n], self.decoy, self.master[j]))
             self.before[n].append(integrity.digests(copy))
         return j
 
@@ -135,7 +140,7 @@ class InputSets:
                 copy[k] = v
         old = self.prepared[slot][j]
         if old is not copy:
-            new = self.launches[slot].prepare(copy)
+            new = operands.prepare_blind(self.launches[slot], copy, self.acts[slot], self.decoy, m)
             if not _copy_into(old, new):
                 if self.in_place:
                     raise ValueError(f"slot {slot}: prepare() returned operands of a different structure for new content; "

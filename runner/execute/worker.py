@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any
 
-from skillrun.execute import integrity, parity, timing
+from skillrun.execute import integrity, operands, parity, timing
 from skillrun.execute.input_sets import DegenerateInput, InputSets
 from skillrun.refs import resolve
 
@@ -142,9 +142,14 @@ def candidate(task: dict) -> dict:
                                 f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
             return result
         before = integrity.digests(inputs)
+        # prepare() sees the weights and only a decoy's activations (operands.py): work on activations is timed work.
+        acts = [] if task["role"] in operands.REFERENCE_ROLES else operands.activation_keys(problem, inputs)
+        real = {k: inputs[k].clone() for k in acts}
+        decoy = problem.make_inputs(shape, random.SystemRandom().randrange(1, 2**62), device)
         try:
             note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
-            prepared = launch.prepare(inputs)
+            prepared = operands.prepare_blind(launch, inputs, acts, decoy, real)
+            del decoy, real
             out = problem.output_like(shape, device)
             marker = parity.poison(out)
             t0 = time.perf_counter()
@@ -223,7 +228,7 @@ def _session(task: dict) -> dict:
     # Input sets: one for the checks, more when rotating to keep operands out of L2; each slot its own copy.
     timer = timing.make_timer(tcfg.get("timer"), device)
     want_graphs = bool(tcfg.get("cuda_graph") and use_device and timer is not None)
-    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs)
+    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs, blind={port, *peers})
     sets.oracle(0)  # rejects a degenerate problem before any candidate runs
     outs = {n: [problem.output_like(shape, device)] for n in launches}
     bytes_per_set = _storage_bytes([sets.master[0], *(sets.copies[n][0] for n in launches),
@@ -619,6 +624,9 @@ def probe(task: dict) -> dict:
     problem = importlib.import_module(task["problem"])
     shape = dict(task["shape"])
     inputs = problem.make_inputs(shape, 0, device)
+    acts = operands.activation_keys(problem, inputs)
+    decoy = problem.make_inputs(shape, 1, device)
+    real = {k: inputs[k].clone() for k in acts}
 
     def note(event: dict) -> None:
         with open(task["progress"], "a") as fh:
@@ -632,7 +640,7 @@ def probe(task: dict) -> dict:
         t0 = time.perf_counter()
         try:
             launch, _ = _build(s["ref"], shape, s.get("config") or {}, device)
-            prepared = launch.prepare(inputs)
+            prepared = operands.prepare_blind(launch, inputs, acts, decoy, real)
             buf = problem.output_like(shape, device)
             for _ in range(max(1, int(task.get("launches", 1)))):
                 _run_once(launch, prepared, buf, sync)
