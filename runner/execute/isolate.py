@@ -105,6 +105,11 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
     under that deadline (watchdog.py): slots that hang, crash or raise are left out, the rest are
     timed, and the result carries the watchdog's record. This is the one place the harness and the
     tuner (inline, local lanes, Ray) start sessions, so every one of them is guarded."""
+    if task.get("kind") == "candidate" and "handover" not in task:
+        # The parity gate: the port's process runs it, a process that never imported the port judges it.
+        from skillrun.execute import judge
+
+        return judge.judged(task, timeout_s=timeout_s, env=env, isolation=isolation)
     if task.get("kind") == "session" and task.get("watchdog"):
         from skillrun.execute import watchdog
 
@@ -197,4 +202,8 @@ def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,
     finally:
         out.close()
         err.close()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what the task left in its group ends with it (zygote._end_group)
+        except (ProcessLookupError, PermissionError):
+            pass
     return code, timed_out, None, stuck

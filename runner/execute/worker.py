@@ -1,13 +1,15 @@
 """The child side of the harness: one task per process (see isolate.py).
 
 Tasks (JSON):
-  candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
+  candidate  build one kernel (port, baseline or alternative), run it once per seed and hand each
+             output over as raw bytes (the accused's half of the parity gate, judge.py)
+  judge      the other half, in a child that never imports a kernel: oracle, checksums, comparison
   probe      the launch watchdog's probe (watchdog.py): each slot's first launches, progress written around each
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
-The port is untrusted code (so is every reference), and both tasks are built so that gaming the
-measurement fails: inputs are checksummed around every call (a candidate that writes its operands
+The port is untrusted code (so is every reference), and the tasks are built so that gaming the
+measurement fails: the parity gate is judged in another process (judge.py); inputs are checksummed around every call (a candidate that writes its operands
 fails; in the session each slot has its own copy, so the others never see it), the oracle comes from
 pristine inputs and a degenerate one (all zeros, constant, non-finite) rejects the problem's input
 generation, timed input sets get new content on every visit (input_sets.py) and the outputs of timed
@@ -107,9 +109,11 @@ def _progress(task: dict):
 
 
 def candidate(task: dict) -> dict:
+    """The accused's half of the parity gate (judge.py): build, then prepare and run once per seed and
+    hand each output over (``task["handover"]``); the oracle and the comparison are the judge's."""
+    from skillrun.execute import judge
     from skillrun_kernels.protocol import UnsupportedShape
 
-    _fp32_oracle_precision()
     device = task["device"]
     sync = _sync(device)
     problem = importlib.import_module(task["problem"])
@@ -118,9 +122,7 @@ def candidate(task: dict) -> dict:
     # this child imports can change it.
     shape = dict(task["shape"])
     result["shape"] = shape
-    for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
-        result[key] = float(getattr(problem, fn)(shape))
-    tol = parity.tolerance_of(task.get("tolerance"))
+    handover = task["handover"]
     note = _progress(task)
     try:
         note("start", "its build")
@@ -130,18 +132,8 @@ def candidate(task: dict) -> dict:
         result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
         return result
     result.update(_describe(launch), build_s=round(build_s, 4))
-    per_seed = []
     for seed in task["seeds"]:
         inputs = problem.make_inputs(shape, seed, device)
-        # The oracle and the checksums are taken before the candidate sees the inputs (pristine).
-        ref = problem.oracle(inputs).float()
-        why = parity.degenerate(ref)
-        if why:
-            result.update(status="error", input_error=True,
-                          error=f"test input rejected: {task['problem']}.make_inputs(shape={shape}, seed={seed}) gives a "
-                                f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
-            return result
-        before = integrity.digests(inputs)
         # prepare() sees the weights and only a decoy's activations (operands.py): work on activations is timed work.
         acts = [] if task["role"] in operands.REFERENCE_ROLES else operands.activation_keys(problem, inputs)
         real = {k: inputs[k].clone() for k in acts}
@@ -159,20 +151,13 @@ def candidate(task: dict) -> dict:
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
-        m = parity.compare(res, ref, tol)
-        m.update(seed=seed, poison=marker, wrote_into_out=bool(res is out), run_s=round(first_s, 4))
-        mutated = integrity.changed(before, integrity.digests(inputs))
-        if mutated:
-            # Even with a right answer: a port that writes its operands corrupts whatever reads them next.
-            m["passed"] = False
-            m["input_mutation"] = mutated
-            m["error"] = (f"the candidate wrote to its input operand(s) {', '.join(mutated)} (checksum of the bytes "
-                          "before prepare() differs from after run())" + (f"; {m['error']}" if m.get("error") else ""))
-        per_seed.append(m)
-        del inputs, ref, prepared, out, res
-    agg = parity.aggregate(per_seed)
-    agg["supported"] = True
-    result["parity"] = agg
+        meta = {"poison": marker, "wrote_into_out": res is out, "run_s": round(first_s, 4),
+                "after_digests": integrity.digests(inputs)}
+        try:
+            judge.write_output(handover, seed, res, meta)
+        except TypeError as exc:
+            judge.write_refusal(handover, seed, str(exc), meta)
+        del inputs, prepared, out, res
     return result
 
 
@@ -660,7 +645,13 @@ def probe(task: dict) -> dict:
     return out
 
 
-TASKS = {"candidate": candidate, "session": session, "probe": probe}
+def _judge(task: dict) -> dict:
+    from skillrun.execute import judge
+
+    return judge.judge_task(task)
+
+
+TASKS = {"candidate": candidate, "judge": _judge, "session": session, "probe": probe}
 
 
 def main(argv: list[str]) -> int:
