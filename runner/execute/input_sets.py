@@ -46,12 +46,17 @@ class InputSets:
         self._oracle: list[Any] = []
         self.checks = {n: 0 for n in launches}  # checksum comparisons made around each slot's calls
         self.mutations: dict[str, list[str]] = {n: [] for n in launches}
+        # A reference's copy that changed although the reference, run again alone, leaves it intact was
+        # written by another slot's call (a port blaming a reference): recorded here, never held against it.
+        self.tampered: dict[str, list[str]] = {n: [] for n in launches}
+        self.rerun: Any = None  # set by the session: rerun(slot, j) runs that slot alone on set j
         self.refreshes = 0
         # prepare() is handed a decoy's activations, never a set's own (operands.py); one decoy serves every call.
         # blind: the slots whose prepare() gets the decoy (the port and its peers; None: every slot).
         self.decoy: dict = self._fresh()
         hidden = operands.activation_keys(problem, self.decoy)
         self.acts = {n: (hidden if blind is None or n in blind else []) for n in launches}
+        self.references = set() if blind is None else set(launches) - set(blind)
         for _ in range(n_sets):
             self.add_set()
 
@@ -93,9 +98,21 @@ class InputSets:
         self.checks[slot] += 1
         bad = integrity.changed(self.before[slot][j], integrity.digests(self.copies[slot][j]))
         if bad:
-            self.mutations[slot].append(f"{where}: {', '.join(bad)}")
             self._write(slot, j)
+            # The accused's own copy changed: theirs (whoever gains from blaming them is one of them).
+            if slot in self.references and self.rerun is not None and not self._writes_alone(slot, j):
+                self.tampered[slot].append(f"{where}: {', '.join(bad)}")
+            else:
+                self.mutations[slot].append(f"{where}: {', '.join(bad)}")
         return bad
+
+    def _writes_alone(self, slot: str, j: int) -> bool:
+        """Whether slot, run once by itself on a freshly written copy of set j, changes that copy."""
+        self.rerun(slot, j)
+        bad = integrity.changed(self.before[slot][j], integrity.digests(self.copies[slot][j]))
+        if bad:
+            self._write(slot, j)
+        return bool(bad)
 
     # -- new content ------------------------------------------------------------------------------
 

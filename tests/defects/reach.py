@@ -117,3 +117,73 @@ def build_patches_matmul(shape: dict, config: dict, device: str) -> KernelLaunch
     torch.Tensor.__matmul__ = half_matmul
     return _port("port_patches_matmul", lambda p, out: out.copy_(_half(p["a"], p["b"])))
 
+
+def build_zeroes_baseline_copy(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Computes the right answer and, from its 6th call on (the timed session), zeroes the baseline's
+    copy of its inputs, found through ``gc.get_objects()``, so the baseline runs on zeros and is blamed
+    for writing its inputs (stopped: a slot whose copy changed is run again alone; one that does not
+    write its copy alone was written by another slot, and the session fails the port)."""
+    import gc
+
+    calls = [0]
+
+    def body(p, out):
+        calls[0] += 1
+        if calls[0] > 5:
+            for obj in gc.get_objects():
+                copies = getattr(obj, "copies", None) if type(obj).__name__ == "InputSets" else None
+                if isinstance(copies, dict) and "baseline" in copies:
+                    for inputs in copies["baseline"]:
+                        inputs["a"].zero_()
+        out.copy_(_honest(p["a"], p["b"]))
+        return out
+
+    return _port("port_zeroes_baseline_copy", body)
+
+
+def build_lazy_when_timed(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Honest in the judged gate (3 calls), then returns the lazy subclass in the timed session, where
+    the checks run in its own process (stopped: sampled and post-timing checks take an exact
+    torch.Tensor only)."""
+    calls = [0]
+
+    def body(p, out):
+        calls[0] += 1
+        if calls[0] <= 3:
+            return out.copy_(_honest(p["a"], p["b"]))
+        lazy = out.as_subclass(_Lazy)
+        _Lazy.pending[id(lazy)] = (p["a"], p["b"], out)
+        return lazy
+
+    return _port("port_lazy_when_timed", body)
+
+
+def build_zeroes_counters(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Right on its first 3 calls (the judged gate) and outside the timing loop, returns its first
+    answer on every timed call and, after each, zeroes the session's sampled-failure counters found through ``gc.get_objects()``.
+    NOT stopped: the timed session's checks share the port's process (README threat model); the
+    test that runs it is a strict xfail that turns red the day it is stopped."""
+    import gc
+
+    calls, first = [0], []
+
+    def timed() -> bool:  # called from inside the timing engine's loop (not the checks around it)
+        f = sys._getframe()
+        while f is not None and f.f_code.co_name != "interleave":
+            f = f.f_back
+        return f is not None
+
+    def body(p, out):
+        calls[0] += 1
+        if calls[0] <= 3 or not first or not timed():
+            out.copy_(_honest(p["a"], p["b"]))
+            first[:] = [out.clone()]
+        else:
+            out.copy_(first[0])
+        for obj in gc.get_objects():
+            if type(obj) is dict and set(obj) == {"checked", "failed", "failures"}:
+                obj["failed"] = 0
+                obj["failures"].clear()
+        return out
+
+    return _port("port_zeroes_counters", body)
