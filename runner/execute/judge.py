@@ -13,7 +13,7 @@ tuner's gates) runs as two children of the parent:
            the problem module, computes the fp32 oracle, its own input checksums and the
            comparison from the bytes, as a tensor it rebuilt itself.
 
-The parent (``judged``) starts both and takes nothing about correctness from the accused: its
+The parent (``isolate.run_task``) starts both and takes nothing about correctness from the accused: its
 result's parity, flops and byte counts are dropped and replaced by the judge's. A seed with no
 output handed over fails. What the accused reports that the judge cannot recompute (its input
 checksums after the call, build and run seconds) is its word, used only against it.
@@ -167,40 +167,4 @@ def judge_task(task: dict) -> dict:
     agg["supported"] = True
     agg["judge"] = "a separate process that never imported the port, from the output bytes it handed over"
     res["parity"] = agg
-    return res
-
-
-# The accused's claims the parent never takes: correctness and the problem's own numbers are the judge's.
-_NOT_TAKEN = ("parity", "input_error", "flops", "min_bytes")
-
-
-def judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
-    """Run a candidate task as accused + judge (module docstring); the result has the usual form."""
-    from skillrun import lifeline
-    from skillrun.execute.isolate import run_task
-
-    with lifeline.temp_dir("handover") as tmp:
-        res = run_task({**task, "handover": tmp}, timeout_s=timeout_s, env=env, isolation=isolation)
-        said = res.get("parity") if isinstance(res.get("parity"), dict) else {}
-        for k in _NOT_TAKEN:
-            res.pop(k, None)
-        if res.get("status") == "unsupported":
-            res["parity"] = {"passed": False, "supported": False, "error": str(said.get("error") or "unsupported shape")[:2000]}
-        if res.get("status") != "ok":
-            return res
-        verdict = run_task({"kind": "judge", "problem": task["problem"], "shape": task["shape"], "device": task["device"],
-                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp},
-                           timeout_s=timeout_s, env=env, isolation=isolation)
-    res["wall_s"] = round(float(res.get("wall_s") or 0.0) + float(verdict.get("wall_s") or 0.0), 3)
-    if verdict.get("status") != "ok":
-        res.update(status="error", error=str(verdict.get("error") or "the judge failed")[:2000])
-        if verdict.get("input_error"):
-            res["input_error"] = True
-        else:
-            res["error"] = "judge: " + res["error"]
-            for k in ("fault", "exit_code", "stderr_tail", "traceback"):
-                if k in verdict:
-                    res[k] = verdict[k]
-        return res
-    res.update(parity=verdict["parity"], flops=verdict["flops"], min_bytes=verdict["min_bytes"])
     return res
