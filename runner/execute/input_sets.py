@@ -53,8 +53,10 @@ class InputSets:
         self.refreshes = 0
         # prepare() is handed a decoy's activations, never a set's own (operands.py); one decoy serves every call.
         # blind: the slots whose prepare() gets the decoy (the port and its peers; None: every slot).
-        self.decoy: dict = self._fresh()
-        hidden = operands.activation_keys(problem, self.decoy)
+        decoy = self._fresh()
+        hidden = operands.activation_keys(problem, decoy)
+        self.decoy = {k: decoy[k] for k in hidden}  # its weights are freed at once: they can be large
+        del decoy
         self.acts = {n: (hidden if blind is None or n in blind else []) for n in launches}
         self.references = set() if blind is None else set(launches) - set(blind)
         for _ in range(n_sets):

@@ -137,7 +137,7 @@ def candidate(task: dict) -> dict:
         # prepare() sees the weights and only a decoy's activations (operands.py): work on activations is timed work.
         acts = [] if task["role"] in operands.REFERENCE_ROLES else operands.activation_keys(problem, inputs)
         real = {k: inputs[k].clone() for k in acts}
-        decoy = problem.make_inputs(shape, random.SystemRandom().randrange(1, 2**62), device)
+        decoy = _activations(problem.make_inputs(shape, random.SystemRandom().randrange(1, 2**62), device), acts) if acts else {}
         try:
             note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
             prepared = operands.prepare_blind(launch, inputs, acts, decoy, real)
@@ -159,6 +159,11 @@ def candidate(task: dict) -> dict:
             judge.write_refusal(handover, seed, str(exc), meta)
         del inputs, prepared, out, res
     return result
+
+
+def _activations(inputs: dict, acts: list[str]) -> dict:
+    """Only the activations of a decoy input set (its weights are freed at once: they can be large)."""
+    return {k: inputs[k] for k in acts}
 
 
 def _compare_plain(out: Any, ref: Any, tol: dict) -> dict:
@@ -639,7 +644,7 @@ def probe(task: dict) -> dict:
     shape = dict(task["shape"])
     inputs = problem.make_inputs(shape, 0, device)
     acts = operands.activation_keys(problem, inputs)
-    decoy = problem.make_inputs(shape, 1, device)
+    decoy = _activations(problem.make_inputs(shape, 1, device), acts)
     real = {k: inputs[k].clone() for k in acts}
 
     def note(event: dict) -> None:
