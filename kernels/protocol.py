@@ -10,6 +10,8 @@ An operator family lives in ``kernels/<family>/`` and provides a ``problem`` mod
     min_bytes(shape) -> float                       # fewest bytes a kernel must move
     ci_shape(shape | None) -> dict                  # optional: the small shape CI compiles a recipe at,
                                                     # given its representative shape (same config class)
+    WEIGHTS: tuple[str, ...]                        # input keys that are weights (e.g. ("b", "b_scale"))
+    PREPARED_ACTIVATIONS: tuple[str, ...]           # optional: activation scales prepare() may re-lay out
 
 A kernel (port, baseline, or oracle-as-kernel) is referenced from a card as ``module:function``;
 the function is a *builder*:
@@ -18,7 +20,11 @@ the function is a *builder*:
 
 Building compiles/JITs (untimed). ``prepare`` turns problem inputs into the kernel's operands
 (preshuffle, scale layouts; untimed); ``run`` is the timed launch and writes into ``out`` when the
-kernel can (so the harness can poison ``out`` and catch unwritten elements).
+kernel can (so the harness can poison ``out`` and catch unwritten elements). A port's ``prepare``
+sees the content of its family's ``WEIGHTS`` (and ``PREPARED_ACTIVATIONS``) only: every other input
+holds a decoy's values when ``prepare`` runs and its real values only afterwards, in the same buffer
+(skillrun.execute.operands). So ``prepare`` may pack weights and keep references (or views) to
+activations, but any work on an activation's values belongs in ``run``, where it is timed.
 
 FlyDSL and Triton/Gluon (sm_90) port modules additionally expose
 ``compile_only(shape, config, arch) -> dict``: compile exactly what ``build(shape, config)`` would

@@ -51,6 +51,8 @@ CARDS = [
     card("untrusted_proxy_hook", "defects.proxy_hook:build"),
     _zero_problem_card(),
     card("untrusted_toy_triton", "defects.toy_triton:build", backend="triton"),
+    card("untrusted_product_in_prepare", f"{U}:build_product_in_prepare"),
+    card("untrusted_weights_in_prepare", f"{U}:build_weights_in_prepare"),
 ]
 
 
@@ -191,6 +193,54 @@ def test_documented_limit_an_exact_restore_inside_the_call_is_not_seen_and_harms
     assert rec["verdict"] == "cpu_numerics_passed", rec["reason"]
     assert gate(rec)["input_checksums"]["mutated"] == 0
     assert gate(rec, "baseline")["sampled_timed_outputs"]["failed"] == 0
+
+
+def test_port_computing_the_product_in_prepare_fails_parity_because_prepare_never_sees_activations(kb):
+    # Before operands.prepare_blind it passed every gate: prepare (untimed) was re-run on each new content.
+    rec = run(kb, "untrusted_product_in_prepare", **TIMED)
+    assert rec["verdict"] == "parity_failed", rec["reason"]
+    assert not rec["parity"]["port"]["passed"] and rec.get("speedup") is None
+    assert rec["parity"]["port"]["cosine"] < 0.5  # the decoy's product: unrelated to the real one
+
+
+def test_port_preparing_its_weights_once_still_passes_and_references_keep_their_prepare(kb):
+    rec = run(kb, "untrusted_weights_in_prepare", **TIMED)
+    assert rec["verdict"] == "cpu_numerics_passed", rec["reason"]
+    assert gate(rec)["passed"] and gate(rec)["sampled_timed_outputs"]["failed"] == 0
+
+
+@pytest.mark.parametrize("family", ["fp8_blockscale_gemm", "fp8_rowwise_batched_gemm", "fp8_blockscale_moe", "moe_a16wi4"])
+def test_every_family_declares_weights_among_its_inputs_and_hides_at_least_one_activation(family):
+    import importlib
+
+    from skillrun.execute.operands import activation_keys
+
+    problem = importlib.import_module(f"skillrun_kernels.{family}.problem")
+    inputs = problem.make_inputs(generic_proxy(problem.ci_shape(None), {"tokens": 8, "M": 16}), 1, "cpu")
+    declared = set(problem.WEIGHTS) | set(getattr(problem, "PREPARED_ACTIVATIONS", ()))
+    assert problem.WEIGHTS and declared <= set(inputs), (declared, sorted(inputs))
+    hidden = activation_keys(problem, inputs)
+    assert hidden and not set(hidden) & declared
+
+
+def test_prepare_blind_hands_prepare_the_decoy_and_the_buffers_the_real_values():
+    from skillrun.execute.operands import prepare_blind
+
+    real, decoy = make_inputs(SHAPE, 1, "cpu"), make_inputs(SHAPE, 2, "cpu")
+    inputs = {k: v.clone() for k, v in real.items()}
+    a_buffer = inputs["a"]
+    seen = {}
+
+    def prepare(inp):
+        seen.update(a=inp["a"].clone(), b=inp["b"].clone())
+        return {"a": inp["a"], "a_copy": inp["a"].clone()}
+
+    prep = prepare_blind(KernelLaunch(name="p", run=lambda p, o: o, prepare=prepare), inputs, ["a"], decoy, real)
+    assert torch.equal(seen["a"], decoy["a"]) and torch.equal(seen["b"], real["b"])  # a hidden, the weight b seen
+    assert prep["a"] is a_buffer and torch.equal(prep["a"], real["a"])  # a kept reference reads the real values
+    assert torch.equal(prep["a_copy"], decoy["a"])  # anything derived in prepare is the decoy's
+    with pytest.raises(ValueError, match="decoy for activation 'a'"):
+        prepare_blind(KernelLaunch(name="p", run=lambda p, o: o), inputs, ["a"], make_inputs({**SHAPE, "M": 8}, 2, "cpu"), real)
 
 
 def test_problem_whose_oracle_is_all_zero_is_rejected_as_a_test_input(kb):

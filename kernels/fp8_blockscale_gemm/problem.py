@@ -17,6 +17,12 @@ from __future__ import annotations
 import torch
 
 SHAPE_KEYS = ("M", "N", "K")
+# The weight operands: a port may re-lay them out once in prepare() (untimed); a is an activation,
+# new on every call, so prepare() never sees its content (skillrun.execute.operands).
+WEIGHTS = ("b", "b_scale")
+# a_scale is an activation, but its layout is the quantizer's choice (it writes M-major or TMA-padded
+# scales as the kernel wants, at no cost): prepare() may re-lay it out. a itself stays hidden.
+PREPARED_ACTIVATIONS = ("a_scale",)
 # How loose a card's parity tolerance for this family may be (lint refuses a looser card; see
 # skillrun.kb.tolerance). The honest error of these fp8/int4 recipes against the fp32 oracle is a
 # few bf16 rounding steps; a port past these limits is wrong, whatever a card says.

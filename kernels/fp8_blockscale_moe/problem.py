@@ -40,6 +40,9 @@ from skillrun_kernels.fp8_blockscale_gemm.problem import (
 SHAPE_KEYS = ("tokens", "model_dim", "inter_dim", "experts", "topk")
 # The loosest tolerance a card of this family may declare (lint; skillrun.kb.tolerance).
 TOLERANCE_LIMITS = {"rtol": 0.05, "atol": 0.05, "max_rel_fro": 0.02, "min_cosine": 0.995}
+# The expert weights: a port may pack them once in prepare() (untimed); the hidden states, their
+# scales and the routing are activations, so prepare() never sees their content (skillrun.execute.operands).
+WEIGHTS = ("w1", "w1_scale", "w2", "w2_scale")
 
 # DeepSeek-V3/R1's routed experts (E=256, top-8, 7168 -> 2048) at decode, small-batch and prefill
 # token counts, plus the 32-expert shard one rank holds under EP8.

@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 
 SHAPE_KEYS = ("batch", "M", "N", "K")
+# The weight operands: a port may re-lay them out once in prepare() (untimed); xq and x_scale are
+# activations, new on every call, so prepare() never sees their content (skillrun.execute.operands).
+WEIGHTS = ("wq", "w_scale")
 # How loose a card's parity tolerance for this family may be (lint refuses a looser card; see
 # skillrun.kb.tolerance). The honest error of these fp8/int4 recipes against the fp32 oracle is a
 # few bf16 rounding steps; a port past these limits is wrong, whatever a card says.

@@ -16,6 +16,10 @@ import torch
 from . import packing
 
 SHAPE_KEYS = ("tokens", "model_dim", "inter_dim", "experts", "topk", "group_size")
+# The int4 expert weights and their scales: a port may pack them once in prepare() (untimed); the
+# hidden states and the routing are activations, so prepare() never sees their content
+# (skillrun.execute.operands).
+WEIGHTS = ("w1_q", "w1_scale", "w2_q", "w2_scale")
 # How loose a card's parity tolerance for this family may be (lint refuses a looser card; see
 # skillrun.kb.tolerance). The honest error of these fp8/int4 recipes against the fp32 oracle is a
 # few bf16 rounding steps; a port past these limits is wrong, whatever a card says.

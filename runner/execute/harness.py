@@ -6,7 +6,8 @@
 
 Phases per item (each a child process, see isolate.py):
   A. candidates, one child each: the port, the backend's baseline, the card's alternatives; each is
-     built and gated on the fp32 oracle over fresh seeds with a poisoned output.
+     built and run over fresh seeds with a poisoned output, and gated on the fp32 oracle by a judge
+     child that never imports a kernel, from the outputs handed over as bytes (judge.py).
   B. session, one child: every candidate that built, together (first probed by the launch
      watchdog, watchdog.py, on a GPU: a slot whose first launches do not return in time is
      recorded ``timeout`` and left out, the others are timed): output aliasing, slot integrity

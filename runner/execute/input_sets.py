@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from skillrun.execute import integrity, parity
+from skillrun.execute import integrity, operands, parity
 
 
 class DegenerateInput(ValueError):
@@ -35,7 +35,7 @@ class DegenerateInput(ValueError):
 
 class InputSets:
     def __init__(self, problem: Any, problem_name: str, shape: dict, device: str, launches: dict[str, Any],
-                 n_sets: int, rng: random.Random, in_place: bool = False) -> None:
+                 n_sets: int, rng: random.Random, in_place: bool = False, blind: set[str] | None = None) -> None:
         self.problem, self.problem_name, self.shape, self.device = problem, problem_name, shape, device
         self.launches, self.rng = launches, rng
         self.in_place = in_place  # CUDA graphs hold operand addresses: prepare's results must be copied in place
@@ -46,7 +46,19 @@ class InputSets:
         self._oracle: list[Any] = []
         self.checks = {n: 0 for n in launches}  # checksum comparisons made around each slot's calls
         self.mutations: dict[str, list[str]] = {n: [] for n in launches}
+        # A reference's copy that changed although the reference, run again alone, leaves it intact was
+        # written by another slot's call (a port blaming a reference): recorded here, never held against it.
+        self.tampered: dict[str, list[str]] = {n: [] for n in launches}
+        self.rerun: Any = None  # set by the session: rerun(slot, j) runs that slot alone on set j
         self.refreshes = 0
+        # prepare() is handed a decoy's activations, never a set's own (operands.py); one decoy serves every call.
+        # blind: the slots whose prepare() gets the decoy (the port and its peers; None: every slot).
+        decoy = self._fresh()
+        hidden = operands.activation_keys(problem, decoy)
+        self.decoy = {k: decoy[k] for k in hidden}  # its weights are freed at once: they can be large
+        del decoy
+        self.acts = {n: (hidden if blind is None or n in blind else []) for n in launches}
+        self.references = set() if blind is None else set(launches) - set(blind)
         for _ in range(n_sets):
             self.add_set()
 
@@ -62,7 +74,7 @@ class InputSets:
         for n in self.launches:
             copy = _clone(self.master[j])
             self.copies[n].append(copy)
-            self.prepared[n].append(self.launches[n].prepare(copy))
+            self.prepared[n].append(operands.prepare_blind(self.launches[n], copy, self.acts[n], self.decoy, self.master[j]))
             self.before[n].append(integrity.digests(copy))
         return j
 
@@ -88,9 +100,21 @@ class InputSets:
         self.checks[slot] += 1
         bad = integrity.changed(self.before[slot][j], integrity.digests(self.copies[slot][j]))
         if bad:
-            self.mutations[slot].append(f"{where}: {', '.join(bad)}")
             self._write(slot, j)
+            # The accused's own copy changed: theirs (whoever gains from blaming them is one of them).
+            if slot in self.references and self.rerun is not None and not self._writes_alone(slot, j):
+                self.tampered[slot].append(f"{where}: {', '.join(bad)}")
+            else:
+                self.mutations[slot].append(f"{where}: {', '.join(bad)}")
         return bad
+
+    def _writes_alone(self, slot: str, j: int) -> bool:
+        """Whether slot, run once by itself on a freshly written copy of set j, changes that copy."""
+        self.rerun(slot, j)
+        bad = integrity.changed(self.before[slot][j], integrity.digests(self.copies[slot][j]))
+        if bad:
+            self._write(slot, j)
+        return bool(bad)
 
     # -- new content ------------------------------------------------------------------------------
 
@@ -135,7 +159,7 @@ class InputSets:
                 copy[k] = v
         old = self.prepared[slot][j]
         if old is not copy:
-            new = self.launches[slot].prepare(copy)
+            new = operands.prepare_blind(self.launches[slot], copy, self.acts[slot], self.decoy, m)
             if not _copy_into(old, new):
                 if self.in_place:
                     raise ValueError(f"slot {slot}: prepare() returned operands of a different structure for new content; "

@@ -105,6 +105,9 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
     under that deadline (watchdog.py): slots that hang, crash or raise are left out, the rest are
     timed, and the result carries the watchdog's record. This is the one place the harness and the
     tuner (inline, local lanes, Ray) start sessions, so every one of them is guarded."""
+    if task.get("kind") == "candidate" and "handover" not in task:
+        # The parity gate: the port's process runs it, a process that never imported the port judges it.
+        return _judged(task, timeout_s=timeout_s, env=env, isolation=isolation)
     if task.get("kind") == "session" and task.get("watchdog"):
         from skillrun.execute import watchdog
 
@@ -163,6 +166,39 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
                 "stderr_tail": tail, "wall_s": round(wall, 3)}
 
 
+# The accused's claims the parent never takes: correctness and the problem's own numbers are the judge's.
+_NOT_TAKEN = ("parity", "input_error", "flops", "min_bytes")
+
+
+def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
+    """A candidate task as two children, accused and judge (judge.py); the result has the usual form."""
+    with lifeline.temp_dir("handover") as tmp:
+        res = run_task({**task, "handover": tmp}, timeout_s=timeout_s, env=env, isolation=isolation)
+        said = res.get("parity") if isinstance(res.get("parity"), dict) else {}
+        for k in _NOT_TAKEN:
+            res.pop(k, None)
+        if res.get("status") == "unsupported":
+            res["parity"] = {"passed": False, "supported": False, "error": str(said.get("error") or "unsupported shape")[:2000]}
+        if res.get("status") != "ok":
+            return res
+        verdict = run_task({"kind": "judge", "problem": task["problem"], "shape": task["shape"], "device": task["device"],
+                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp},
+                           timeout_s=timeout_s, env=env, isolation=isolation)
+    res["wall_s"] = round(float(res.get("wall_s") or 0.0) + float(verdict.get("wall_s") or 0.0), 3)
+    if verdict.get("status") != "ok":
+        res.update(status="error", error=str(verdict.get("error") or "the judge failed")[:2000])
+        if verdict.get("input_error"):
+            res["input_error"] = True
+        else:
+            res["error"] = "judge: " + res["error"]
+            for k in ("fault", "exit_code", "stderr_tail", "traceback"):
+                if k in verdict:
+                    res[k] = verdict[k]
+        return res
+    res.update(parity=verdict["parity"], flops=verdict["flops"], min_bytes=verdict["min_bytes"])
+    return res
+
+
 def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,
            clock: Any = None) -> tuple[int, bool, str | None, str | None]:
     """(exit code, timed out, error starting it, the launch watchdog's reason when it ended the child)."""
@@ -197,4 +233,8 @@ def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,
     finally:
         out.close()
         err.close()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what the task left in its group ends with it (zygote._end_group)
+        except (ProcessLookupError, PermissionError):
+            pass
     return code, timed_out, None, stuck

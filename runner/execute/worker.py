@@ -1,13 +1,15 @@
 """The child side of the harness: one task per process (see isolate.py).
 
 Tasks (JSON):
-  candidate  build one kernel (port, baseline or alternative) and gate it on the oracle over seeds
+  candidate  build one kernel (port, baseline or alternative), run it once per seed and hand each
+             output over as raw bytes (the accused's half of the parity gate, judge.py)
+  judge      the other half, in a child that never imports a kernel: oracle, checksums, comparison
   probe      the launch watchdog's probe (watchdog.py): each slot's first launches, progress written around each
   session    build the candidates that passed, check output aliasing and slot integrity with the
              profiler, and time them interleaved (GPU, or an injected timer)
 
-The port is untrusted code (so is every reference), and both tasks are built so that gaming the
-measurement fails: inputs are checksummed around every call (a candidate that writes its operands
+The port is untrusted code (so is every reference), and the tasks are built so that gaming the
+measurement fails: the parity gate is judged in another process (judge.py); inputs are checksummed around every call (a candidate that writes its operands
 fails; in the session each slot has its own copy, so the others never see it), the oracle comes from
 pristine inputs and a degenerate one (all zeros, constant, non-finite) rejects the problem's input
 generation, timed input sets get new content on every visit (input_sets.py) and the outputs of timed
@@ -31,7 +33,7 @@ import time
 import traceback
 from typing import Any
 
-from skillrun.execute import integrity, parity, timing
+from skillrun.execute import integrity, operands, parity, timing
 from skillrun.execute.input_sets import DegenerateInput, InputSets
 from skillrun.refs import resolve
 
@@ -107,9 +109,11 @@ def _progress(task: dict):
 
 
 def candidate(task: dict) -> dict:
+    """The accused's half of the parity gate (judge.py): build, then prepare and run once per seed and
+    hand each output over (``task["handover"]``); the oracle and the comparison are the judge's."""
+    from skillrun.execute import judge
     from skillrun_kernels.protocol import UnsupportedShape
 
-    _fp32_oracle_precision()
     device = task["device"]
     sync = _sync(device)
     problem = importlib.import_module(task["problem"])
@@ -118,9 +122,7 @@ def candidate(task: dict) -> dict:
     # this child imports can change it.
     shape = dict(task["shape"])
     result["shape"] = shape
-    for key, fn in (("flops", "flops"), ("min_bytes", "min_bytes")):
-        result[key] = float(getattr(problem, fn)(shape))
-    tol = parity.tolerance_of(task.get("tolerance"))
+    handover = task["handover"]
     note = _progress(task)
     try:
         note("start", "its build")
@@ -130,21 +132,16 @@ def candidate(task: dict) -> dict:
         result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
         return result
     result.update(_describe(launch), build_s=round(build_s, 4))
-    per_seed = []
     for seed in task["seeds"]:
         inputs = problem.make_inputs(shape, seed, device)
-        # The oracle and the checksums are taken before the candidate sees the inputs (pristine).
-        ref = problem.oracle(inputs).float()
-        why = parity.degenerate(ref)
-        if why:
-            result.update(status="error", input_error=True,
-                          error=f"test input rejected: {task['problem']}.make_inputs(shape={shape}, seed={seed}) gives a "
-                                f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
-            return result
-        before = integrity.digests(inputs)
+        # prepare() sees the weights and only a decoy's activations (operands.py): work on activations is timed work.
+        acts = [] if task["role"] in operands.REFERENCE_ROLES else operands.activation_keys(problem, inputs)
+        real = {k: inputs[k].clone() for k in acts}
+        decoy = _activations(problem.make_inputs(shape, random.SystemRandom().randrange(1, 2**62), device), acts) if acts else {}
         try:
             note("start", f"its prepare and launch for seed {seed} (compile included on the first)")
-            prepared = launch.prepare(inputs)
+            prepared = operands.prepare_blind(launch, inputs, acts, decoy, real)
+            del decoy, real
             out = problem.output_like(shape, device)
             marker = parity.poison(out)
             t0 = time.perf_counter()
@@ -154,21 +151,30 @@ def candidate(task: dict) -> dict:
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
-        m = parity.compare(res, ref, tol)
-        m.update(seed=seed, poison=marker, wrote_into_out=bool(res is out), run_s=round(first_s, 4))
-        mutated = integrity.changed(before, integrity.digests(inputs))
-        if mutated:
-            # Even with a right answer: a port that writes its operands corrupts whatever reads them next.
-            m["passed"] = False
-            m["input_mutation"] = mutated
-            m["error"] = (f"the candidate wrote to its input operand(s) {', '.join(mutated)} (checksum of the bytes "
-                          "before prepare() differs from after run())" + (f"; {m['error']}" if m.get("error") else ""))
-        per_seed.append(m)
-        del inputs, ref, prepared, out, res
-    agg = parity.aggregate(per_seed)
-    agg["supported"] = True
-    result["parity"] = agg
+        meta = {"poison": marker, "wrote_into_out": res is out, "run_s": round(first_s, 4),
+                "after_digests": integrity.digests(inputs)}
+        try:
+            judge.write_output(handover, seed, res, meta)
+        except TypeError as exc:
+            judge.write_refusal(handover, seed, str(exc), meta)
+        del inputs, prepared, out, res
     return result
+
+
+def _activations(inputs: dict, acts: list[str]) -> dict:
+    """Only the activations of a decoy input set (its weights are freed at once: they can be large)."""
+    return {k: inputs[k] for k in acts}
+
+
+def _compare_plain(out: Any, ref: Any, tol: dict) -> dict:
+    """parity.compare on an exact torch.Tensor only: a subclass could compute when the check looks."""
+    from skillrun.execute import judge
+
+    try:
+        judge.plain(out)
+    except TypeError as exc:
+        return {"passed": False, "error": str(exc)}
+    return parity.compare(out, ref, tol)
 
 
 def _storage_bytes(objs) -> int:
@@ -223,7 +229,7 @@ def _session(task: dict) -> dict:
     # Input sets: one for the checks, more when rotating to keep operands out of L2; each slot its own copy.
     timer = timing.make_timer(tcfg.get("timer"), device)
     want_graphs = bool(tcfg.get("cuda_graph") and use_device and timer is not None)
-    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs)
+    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs, blind={port, *peers})
     sets.oracle(0)  # rejects a degenerate problem before any candidate runs
     outs = {n: [problem.output_like(shape, device)] for n in launches}
     bytes_per_set = _storage_bytes([sets.master[0], *(sets.copies[n][0] for n in launches),
@@ -245,6 +251,7 @@ def _session(task: dict) -> dict:
             n_sets = 2
     res["bytes_per_set"], res["input_sets"], res["cold_l2"] = bytes_per_set, n_sets, cold
 
+    sets.rerun = lambda n, j: _run_once(launches[n], sets.prepared[n][j], outs[n][j], sync)
     # 1. aliasing: references first, then the port, on the same content (each on its own copy).
     ref_outs = {}
     for n in refs:
@@ -360,8 +367,13 @@ def _session(task: dict) -> dict:
             # this (checksums, oracle, comparisons, new content) is inside a measured interval.
             t0 = time.perf_counter()
             j, kind = info["set"], info["kind"]
+            # A slot whose inputs another slot wrote in this round is not judged on this round's output.
+            foreign = set()
             for n in launches:
+                before = len(sets.tampered[n])
                 sets.check(n, j, f"{kind} round {info['index']}")
+                if len(sets.tampered[n]) > before:
+                    foreign.add(n)
             if kind == "timed":
                 left = max(1, rounds - seen["timed"])
                 seen["timed"] += 1
@@ -372,7 +384,9 @@ def _session(task: dict) -> dict:
                     seen["checked"] += 1
                     ref = sets.oracle(last_set(j))
                     for n in launches:
-                        m = parity.compare(holder[n], ref, tol)
+                        if n in foreign:
+                            continue
+                        m = _compare_plain(holder[n], ref, tol)
                         sampled[n]["checked"] += 1
                         if not m["passed"]:
                             sampled[n]["failed"] += 1
@@ -401,14 +415,14 @@ def _session(task: dict) -> dict:
         parity.poison(outs[port][0])
         again = _run_once(launches[port], sets.prepared[port][0], outs[port][0], sync)
         sets.check(port, 0, "post-timing check")
-        res["post_timing_parity"] = parity.compare(again, sets.oracle(0), tol)
+        res["post_timing_parity"] = _compare_plain(again, sets.oracle(0), tol)
         if peers:
             res["post_timing_parity_peers"] = {}
             for n in peers:
                 parity.poison(outs[n][0])
                 again = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
                 sets.check(n, 0, "post-timing check")
-                res["post_timing_parity_peers"][n] = parity.compare(again, sets.oracle(0), tol)
+                res["post_timing_parity_peers"][n] = _compare_plain(again, sets.oracle(0), tol)
 
     inexact = {s["slot"] for s in task["slots"] if s.get("isolated_parity") is False}
     for n in launches:
@@ -452,6 +466,16 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
     problems = []
     muts = sets.mutations[n]
     gate["input_checksums"] = {"checked": sets.checks[n], "mutated": len(muts), "where": muts[:5], "method": integrity.DIGEST_METHOD}
+    if sets.tampered[n]:
+        gate["input_checksums"]["written_by_another_slot"] = sets.tampered[n][:5]
+    if n == port or n in peers:
+        # Another slot's copy written while this slot's code could run: the session cannot be trusted,
+        # and the accused are the ones that gain from it (a reference blamed for writing its inputs).
+        foreign = {k: v for k, v in sets.tampered.items() if v}
+        if foreign:
+            problems.append("input copies of " + ", ".join(f"{k} ({v[0]})" for k, v in sorted(foreign.items()))
+                            + " were written during the session although those slots, run again alone, leave them "
+                            "intact: another slot's code wrote them")
     if muts:
         problems.append(f"wrote to its input operand(s) ({muts[0]}{'; ' + str(len(muts) - 1) + ' more' if len(muts) > 1 else ''}): "
                         "the checksum of its own copy changed across its call; every slot reads its own copy, so no other "
@@ -469,7 +493,7 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
             problems.append(f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail the oracle of the inputs "
                             f"they were given ({sampled['failures'][0]}): a cached, stale or different result during "
                             "timing than in isolation")
-        elif not sampled["checked"]:
+        elif not sampled["checked"] and not sets.tampered[n]:
             problems.append("no timed call's output was checked")
         dev, host, rounds = observer.names(n)
         obs = {"rounds": rounds, "launches": len(rounds),
@@ -620,6 +644,9 @@ def probe(task: dict) -> dict:
     problem = importlib.import_module(task["problem"])
     shape = dict(task["shape"])
     inputs = problem.make_inputs(shape, 0, device)
+    acts = operands.activation_keys(problem, inputs)
+    decoy = _activations(problem.make_inputs(shape, 1, device), acts)
+    real = {k: inputs[k].clone() for k in acts}
 
     def note(event: dict) -> None:
         with open(task["progress"], "a") as fh:
@@ -633,7 +660,7 @@ def probe(task: dict) -> dict:
         t0 = time.perf_counter()
         try:
             launch, _ = _build(s["ref"], shape, s.get("config") or {}, device)
-            prepared = launch.prepare(inputs)
+            prepared = operands.prepare_blind(launch, inputs, acts, decoy, real)
             buf = problem.output_like(shape, device)
             for _ in range(max(1, int(task.get("launches", 1)))):
                 _run_once(launch, prepared, buf, sync)
@@ -653,7 +680,13 @@ def probe(task: dict) -> dict:
     return out
 
 
-TASKS = {"candidate": candidate, "session": session, "probe": probe}
+def _judge(task: dict) -> dict:
+    from skillrun.execute import judge
+
+    return judge.judge_task(task)
+
+
+TASKS = {"candidate": candidate, "judge": _judge, "session": session, "probe": probe}
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,10 @@ def _child(req: dict, zygote: int) -> None:
     from skillrun import lifeline
 
     lifeline.die_with_parent(zygote, deathsig=True)  # forked from the zygote's main thread
+    # The zygote's request pipe is not the task's to read (a port could take the next task's request).
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     for fd, key in ((1, "stdout"), (2, "stderr")):
         f = os.open(req[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
@@ -50,12 +54,22 @@ def _child(req: dict, zygote: int) -> None:
         os._exit(code)
 
 
+def _end_group(pgid: int) -> None:
+    """Whatever the task's process left in its group (a port's helper process) ends with it: nothing
+    of the port outlives its task to touch the next one's files (the judge's, judge.py)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _wait(pid: int, timeout_s: float) -> tuple[int, bool]:
     deadline = time.monotonic() + timeout_s
     delay = 0.002
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            _end_group(pid)
             return os.waitstatus_to_exitcode(status), False
         if time.monotonic() > deadline:
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 SHAPE_KEYS = ("M", "N", "K")
+WEIGHTS = ("b",)  # a is the activation: prepare() never sees its content
 
 
 def make_inputs(shape: dict, seed: int, device: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from defects.problem import SHAPE_KEYS, flops, min_bytes, oracle, output_like  # noqa: F401
+from defects.problem import SHAPE_KEYS, WEIGHTS, flops, min_bytes, oracle, output_like  # noqa: F401
 from defects.problem import make_inputs as _make_inputs
 
 

@@ -1,0 +1,121 @@
+"""The judge is not the accused's process: the isolated parity gate (phase A) is decided by a judge
+process that never imports a port, from output bytes the port's process hands over.
+
+Each seeded port of tests/defects/reach.py passed the parity gate while the oracle, the comparison
+and the result file lived beside it; run end to end on the CPU backend (real child processes).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from defects.kb import card, make_defect_kb
+from skillrun.execute import run_skill
+from skillrun.kb.index import SkillIndex
+
+R = "defects.reach"
+SHAPE = {"M": 48, "N": 32, "K": 64}
+CHEATS = {
+    "reach_lazy_subclass": f"{R}:build_lazy_subclass",
+    "reach_forges_result": f"{R}:build_forges_result",
+    "reach_patches_compare": f"{R}:build_patches_compare",
+    "reach_patches_oracle": f"{R}:build_patches_oracle",
+    "reach_patches_matmul": f"{R}:build_patches_matmul",
+}
+SESSION_CHEATS = {"reach_zeroes_baseline_copy": f"{R}:build_zeroes_baseline_copy",
+                  "reach_lazy_when_timed": f"{R}:build_lazy_when_timed",
+                  "reach_zeroes_counters": f"{R}:build_zeroes_counters"}
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory):
+    cards = [card(cid, ref) for cid, ref in {**CHEATS, **SESSION_CHEATS}.items()] + [card("reach_ok", "defects.kernels:build_port_ok")]
+    root = make_defect_kb(tmp_path_factory.mktemp("reach_kb"), cards)
+    index = SkillIndex.load(root)
+    assert not index.errors, [str(e) for e in index.errors]
+    return index, root / "validation"
+
+
+def run(kb, card_id: str, **kw) -> dict:
+    index, out = kb
+    (rec,) = run_skill(index, card_id, [SHAPE], backend="cpu", validation_root=out, timeout_s=120,
+                       timer="wall", rounds=12, warmup=2, **kw)
+    return rec
+
+
+def test_an_honest_port_still_passes_with_parity_from_the_judge(kb):
+    rec = run(kb, "reach_ok")
+    # (the session's observer-effect check is about timing on a loaded machine, not this gate)
+    assert rec["verdict"] != "parity_failed", rec["reason"]
+    p = rec["parity"]["port"]
+    assert p["passed"] and p["cosine"] > 0.999 and len(p["seeds"]) == 3
+    assert p["judge"].startswith("a separate process")
+
+
+@pytest.mark.parametrize("card_id", sorted(CHEATS))
+def test_a_port_that_reaches_for_the_judge_fails_the_parity_gate(kb, card_id):
+    rec = run(kb, card_id)
+    p = rec["parity"]["port"]
+    assert not p["passed"], (card_id, p)
+    assert rec["verdict"] in ("parity_failed", "error") and rec.get("speedup") is None, rec["reason"]
+
+
+def test_the_lazy_subclass_is_refused_by_name(kb):
+    rec = run(kb, "reach_lazy_subclass")
+    assert "not a plain torch.Tensor" in rec["parity"]["port"]["error"]
+
+
+def test_the_forged_result_hands_over_no_output(kb):
+    rec = run(kb, "reach_forges_result")
+    assert "no output was handed over" in rec["parity"]["port"]["error"]
+
+
+def test_handover_reader_rebuilds_an_exact_tensor_and_refuses_bad_metadata(tmp_path):
+    from skillrun.execute.judge import read_output, write_output
+
+    t = torch.randn(5, 7).to(torch.bfloat16)
+    write_output(tmp_path, 3, t, {"run_s": 0.1})
+    back, meta = read_output(tmp_path, 3, max_bytes=1 << 20)
+    assert type(back) is torch.Tensor and back.dtype == torch.bfloat16 and torch.equal(back, t)
+    assert meta["run_s"] == 0.1
+    meta_path = Path(tmp_path) / "seed_3.json"
+    for bad, why in (({"dtype": "object"}, "dtype"), ({"shape": [5, 8]}, "bytes"), ({"shape": [-1, 7]}, "shape")):
+        m = json.loads(meta_path.read_text())
+        m.update(bad)
+        meta_path.write_text(json.dumps(m))
+        with pytest.raises(ValueError, match=why):
+            read_output(tmp_path, 3, max_bytes=1 << 20)
+        write_output(tmp_path, 3, t, {"run_s": 0.1})
+    with pytest.raises(ValueError, match="larger than"):
+        read_output(tmp_path, 3, max_bytes=16)
+
+
+def test_a_port_writing_the_baselines_input_copy_fails_and_the_baseline_is_not_blamed(kb):
+    # Before: the baseline's gate failed ("wrote to its input operand(s)") and the port passed.
+    rec = run(kb, "reach_zeroes_baseline_copy")
+    assert rec["parity"]["port"]["passed"]  # right answers throughout
+    port, base = rec["slot_integrity"]["port"], rec["slot_integrity"]["baseline"]
+    assert not port["passed"] and "another slot's code wrote them" in port["reason"], port
+    assert rec["verdict"] == "error" and rec.get("speedup") is None
+    assert base["input_checksums"]["mutated"] == 0 and base["input_checksums"]["written_by_another_slot"]
+    assert "wrote to its input operand(s)" not in base.get("reason", "")
+    assert base["sampled_timed_outputs"]["failed"] == 0  # rounds on inputs it did not own are not held against it
+
+
+def test_a_port_returning_a_lazy_subclass_only_when_timed_fails_the_sampled_checks(kb):
+    rec = run(kb, "reach_lazy_when_timed")
+    assert rec["parity"]["port"]["passed"]  # a plain tensor in the judged gate
+    g = rec["slot_integrity"]["port"]
+    assert not g["passed"] and g["sampled_timed_outputs"]["failed"] == g["sampled_timed_outputs"]["checked"] > 0
+    assert "not a plain torch.Tensor" in g["reason"] and rec["verdict"] == "error"
+
+
+@pytest.mark.xfail(strict=True, reason="the timed session's sampled checks share the port's process (README threat "
+                                       "model, 'Not guaranteed'); strict: this turns red the day it is stopped")
+def test_known_limit_a_stale_port_zeroing_the_sessions_failure_counters(kb):
+    rec = run(kb, "reach_zeroes_counters")
+    assert rec["parity"]["port"]["passed"]
+    assert not rec["slot_integrity"]["port"]["passed"]
