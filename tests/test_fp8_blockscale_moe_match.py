@@ -208,3 +208,28 @@ def test_fixtures_are_reproducible(tmp_path, monkeypatch):
         p = fn()
         assert p.parent == tmp_path and p.read_bytes() == (FIX / p.name).read_bytes(), p.name
     sys.modules.pop("make_fixtures", None)
+
+
+H200_TRACE = (Path(__file__).resolve().parents[1] / "kernels" / "fp8_blockscale_moe" / "traces"
+              / "h200_cublas_per_expert_baseline.trace.json.gz")
+
+
+def test_real_h200_trace_of_the_bundled_workload_matches_the_moe_card_and_picks_a_recipe_per_shape(index):
+    """The workload profiled on the H200 (commit 0249008; one profiler step kept): every expert GEMM and
+    the layer's glue are taken by the MoE card with every criterion explained, the dense card only near-misses
+    them (its operator criterion), and the plan picks decode for 16 tokens and prefill for 4096."""
+    prof = api.ingest_profile(H200_TRACE)
+    assert prof.arch == "sm_90" and any("H200" in (d.name or "") for d in prof.devices)
+    rep = api.match(prof, index)
+    hits = _matched(rep, MOE)
+    nvjet = {k.name for k in prof.kernels if k.name.startswith("nvjet_")}
+    assert nvjet and {m.kernel for m in hits} >= nvjet
+    for m in hits:
+        assert all(c.passed and c.reason for c in m.criteria if c.required), m.criteria
+    assert not _matched(rep, DENSE)
+    dense_miss = [m for m in rep.near_misses if m.skill_id == DENSE and m.kernel in nvjet]
+    assert dense_miss and all(not next(c for c in m.criteria if c.name == "operator").passed for m in dense_miss)
+    plan = api.plan(prof, rep, index)
+    moe = {i.shape["tokens"]: i for i in plan.items if i.skill_id == MOE}
+    assert {t: i.recipe for t, i in moe.items()} == {16: "decode", 4096: "prefill"}
+    assert all(i.shape == {"tokens": t, **DSV3} and i.shape_provenance == "trace" for t, i in moe.items())
