@@ -52,6 +52,18 @@ def test_piped_kernels_print_long_template_names_whole():
     assert "(--wide: whole names)" not in text  # nothing to widen: the names are whole already
 
 
+def test_piped_tables_carry_no_padding_to_the_widest_name():
+    """Names stay whole when piped, but the other rows are not padded out to the longest one (a
+    hot-kernel table of the H200 MoE trace carried ~800 trailing spaces per line), and the header
+    rule stops at the header."""
+    text = _run("kernels", str(ROCPROF), "--top", "14")
+    lines = text.splitlines()
+    assert lines and not any(ln.endswith(" ") for ln in lines)
+    longest_name = max(len(ln) for ln in lines if ".kd" in ln or "<" in ln)
+    rules = [ln for ln in lines if ln and not ln.strip("─━═ ")]
+    assert rules and all(len(r) < longest_name for r in rules)
+
+
 def test_piped_list_keeps_card_ids_whole():
     from skillrun import api
 

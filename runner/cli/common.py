@@ -64,8 +64,53 @@ def stdout_closed() -> None:
     raise typer.Exit(EXIT_PIPE_CLOSED)
 
 
+class _TrimmedLines:
+    """A text stream that drops trailing spaces from every line it passes on. Unbounded (piped) output
+    prints tables as wide as their widest cell, and rich pads every other row to that width: with one
+    800-character kernel name, each line of a hot-kernel table carried ~800 spaces into the file."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._tail = ""
+        self._prev = 0
+
+    def _trim(self, line: str) -> str:
+        line = line.rstrip(" ")
+        # A table's header rule spans the whole (unbounded) table: cut it to the header it underlines.
+        if line and not line.strip("─━═ ") and self._prev and len(line) > self._prev:
+            line = line[: self._prev]
+        self._prev = len(line)
+        return line
+
+    def write(self, text: str) -> int:
+        lines = (self._tail + text).split("\n")
+        self._tail = lines.pop()
+        if lines:
+            self._stream.write("".join(self._trim(line) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._tail:
+            self._stream.write(self._tail)
+            self._tail = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", "utf-8")
+
+
 def console(width: Optional[int] = None) -> Console:
-    c = Console(highlight=False, soft_wrap=False, width=width or term_width(), markup=True)
+    w = width or term_width()
+    # Rich reads sys.stdout when it writes, so a test's captured stdout is honoured; wrap it only when unbounded.
+    file = _TrimmedLines(sys.stdout) if unbounded(w) else None
+    c = Console(highlight=False, soft_wrap=False, width=w, markup=True, file=file)
     c.on_broken_pipe = stdout_closed  # rich would exit 1; a closed pipe is not a failure of ours
     return c
 
