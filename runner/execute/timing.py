@@ -428,7 +428,9 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     block = len(names)
     rounds = max(block, math.ceil(max(1, rounds) / block) * block)
     total = rounds + max(0, observe)
-    observed_at = set(rng.sample(range(total), max(0, min(observe, total)))) if observer is not None else set()
+    # Which rounds are observed is drawn when each round starts (selection sampling: a uniform random
+    # subset of ``observe`` rounds), never as a schedule a port could read from this frame in advance.
+    to_observe = max(0, min(observe, total)) if observer is not None else 0
     g = 0  # rounds run so far, warm-up included
     begin = getattr(timer, "begin_round", lambda **_: None)
     begin_observed = getattr(timer, "begin_round_observed", begin)
@@ -494,8 +496,10 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     t0 = time.perf_counter()
     done, seen = 0, []
     timed_index = 0
+    force_next = False
     for i in range(total):
-        obs = i in observed_at
+        need = to_observe - len(seen)
+        obs = need > 0 and (force_next or rng.random() * (total - i) < need)
         # Observed rounds take their order from the same stream but do not consume a block slot:
         # the timed rounds alone keep the Latin square whole.
         order = next(orders) if not obs else rng.sample(names, len(names))
@@ -529,14 +533,14 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             done += 1
         over = (max_seconds is not None and time.perf_counter() - t0 > max_seconds and done >= 2 * block
                 and done % block == 0)
-        last = i == total - 1 or (over and (seen or not observed_at))
+        last = i == total - 1 or (over and (seen or not to_observe))
         if after_round:
             after_round({"set": g % n_sets, "kind": "observed" if obs else "timed", "index": i, "last": last})
         g += 1
         if last:
             break
         if over:  # out of time, but no round was observed yet: observe the next one, then stop
-            observed_at = {i + 1}
+            force_next = True
     unheld = sum(1 for h in round_info["held"] if h is False)
     judged = sum(1 for h in round_info["held"] if h is not None)
     hold_ineffective = bool(judged) and unheld > judged / 2

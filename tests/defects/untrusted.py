@@ -119,6 +119,37 @@ def build_fast_when_unwatched(shape: dict, config: dict, device: str) -> KernelL
     return _port("port_fast_when_unwatched", body)
 
 
+def build_frame_reader(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Reads the timing loop's frames (``sys._getframe``) to learn which rounds the harness will profile,
+    runs its own (slow) code there and the vendor op everywhere else: right answers every time, its own
+    names in every profiled window (caught: the engine draws a round's observation only when that round
+    starts, with an unpredictable generator, so there is nothing to read in advance, and the port
+    knowing at call time is the profiler-aware case, which the observer-effect check catches)."""
+    import sys as _sys
+    import time as _time
+
+    def watched() -> bool:
+        f = _sys._getframe(1)
+        while f is not None:
+            loc = f.f_locals
+            if "observed_at" in loc and "i" in loc:  # a schedule decided before the rounds ran
+                return loc["i"] in loc["observed_at"]
+            if "obs" in loc and isinstance(loc["obs"], bool):  # the current round's own draw
+                return loc["obs"]
+            f = f.f_back
+        return True  # outside the timing loop (the parity gate, the post-timing check): honest
+
+    def body(p, out):
+        if watched():
+            _time.sleep(0.1)  # stands for a slow kernel of its own
+            out.copy_(_honest(p["a"], p["b"]))
+        else:
+            torch.mm(p["a"], p["b"], out=out)
+        return out
+
+    return _port("port_frame_reader", body)
+
+
 def build_first_k(shape: dict, config: dict, device: str) -> KernelLaunch:
     """Its own code on its first 6 calls (isolated parity, aliasing, the profiled launches before
     timing), then the baseline's aten::mm: right answers, someone else's kernel (caught: rounds
