@@ -7,6 +7,10 @@
 #   3. runner vs bench per shape (benchmarks/compare_runner_bench.py).
 # Needs .whl carried (pydantic, jsonschema, ijson, orjson, google-re2, mslk-cuda; see .ci/device-env.sh).
 #   TARGETS="triton_fp8_blockscale_gemm_sm90:4096,2048,7168 ..." BUDGET_S=360 bash benchmarks/device_timing_sm90.sh
+# Every recipe shape of the sm_90 cards, over as many calls as it takes (each skips what the sustained
+# engine already measured on this device class; commit the artifacts between calls):
+#   TARGETS="triton_fp8_blockscale_gemm_sm90 triton_fp8_rowwise_batched_gemm_sm90 triton_moe_a16wi4_sm90 triton_moe_fp8_blockscale_sm90" \
+#     SKIP_CURRENT=1 BENCH=0 SUSTAIN_SWEEP="" BUDGET_S=500 bash benchmarks/device_timing_sm90.sh
 set -o pipefail
 source .ci/device-env.sh
 OUT=${OUT:-/tmp/out}
@@ -76,7 +80,7 @@ if [ -n "$GPU_TESTS" ]; then  # e.g. GPU_TESTS="tests/test_execute_untrusted.py 
 fi
 # shellcheck disable=SC2086
 timeout $((BUDGET_S + 60)) python3 benchmarks/validate_recipes.py $TARGETS --rounds "$ROUNDS" --budget-s "$BUDGET_S" \
-  --out "$OUT/validate.json" 2>&1 | tee -a "$LOG"
+  ${SKIP_CURRENT:+--skip-current} --out "$OUT/validate.json" 2>&1 | tee -a "$LOG"
 if [ "$BENCH" = 1 ]; then
   # shellcheck disable=SC2086
   python3 benchmarks/validate_recipes.py $LARGE --emit-bench-configs "$OUT/bench_configs.json" >> "$LOG" 2>&1
