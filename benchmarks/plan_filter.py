@@ -16,16 +16,12 @@ from pathlib import Path
 
 
 def only_card(plan: dict, card: str) -> dict:
-    """The plan with only ``card``'s runnable items (a recipe and a shape), in the form
-    ``skill-run e2e --plan`` reads (skillrun.api.load_plan)."""
+    """The plan with only ``card``'s runnable items (a recipe and a shape), otherwise as it came:
+    ``skill-run e2e --plan`` (skillrun.api.load_plan) reads `plan --json` and the analysis's plan alike."""
     if isinstance(plan, dict) and "plan" in plan and "items" not in plan:
         plan = plan["plan"]  # `skill-run --profile T --json`
     if not isinstance(plan, dict) or not isinstance(plan.get("items"), list):
         raise ValueError("not a plan: no 'items' list")
-    if isinstance(plan.get("source"), str) and "profile" not in plan:
-        # `skill-run plan --json` names the trace `source` and adds schema_version; the plan model
-        # that e2e validates names it `profile` and takes no other keys
-        plan = {"profile": plan["source"], **{k: v for k, v in plan.items() if k not in ("source", "schema_version")}}
     items = [it for it in plan["items"] if isinstance(it, dict) and it.get("skill_id") == card
              and it.get("recipe") and it.get("shape")]
     return {**plan, "items": items}

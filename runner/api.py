@@ -239,12 +239,18 @@ def ablate(index: SkillIndex, skill_id: str, shape: str | dict[str, int], sets: 
 
 
 def load_plan(path: str | Path) -> Plan:
-    """A plan as `skill-run plan --json` prints it (or `skill-run --profile F --json`'s "plan")."""
+    """A plan as `skill-run plan --json` prints it (or `skill-run --profile F --json`'s "plan").
+
+    `plan --json` is the plan model with the trace's path named ``source`` (the name it has in every
+    printed document) and a ``schema_version``; the model calls it ``profile``. Both spellings are
+    read here, and nowhere else, so a saved `plan --json` goes straight to `skill-run e2e --plan`.
+    """
     import json
 
     from pydantic import ValidationError
 
     from skillrun.errors import InputError
+    from skillrun.models import JSON_SCHEMA_VERSION
 
     try:
         data = json.loads(Path(path).read_text())
@@ -253,7 +259,15 @@ def load_plan(path: str | Path) -> Plan:
     except ValueError as exc:
         raise InputError(f"the plan is not JSON: {exc}", path=str(path)) from None
     if isinstance(data, dict) and "plan" in data and "items" not in data:
-        data = data["plan"]
+        data = data["plan"]  # `skill-run --profile F --json`: the plan is one key of the analysis
+    if isinstance(data, dict):
+        data = dict(data)
+        version = data.pop("schema_version", JSON_SCHEMA_VERSION)
+        if version != JSON_SCHEMA_VERSION:
+            raise InputError(f"the plan's schema_version is {version!r}; this runner reads {JSON_SCHEMA_VERSION}",
+                             path=str(path), field="schema_version", hint="write the plan again with this skill-run")
+        if "source" in data and "profile" not in data:
+            data["profile"] = data.pop("source")
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:

@@ -9,7 +9,8 @@ Artifacts are never overwritten, so one (card, recipe, shape, device class, mode
 The newest (by its ``created`` time) is *current*; the older ones are *superseded* by it.
 
 An artifact is *stale* when what the runner would run today for it is not what was measured:
-the kernel source file's sha256 differs from the one recorded, or the card no longer has the
+the sha256 of the kernel source, or of a ``skillrun_kernels`` helper it imports, differs from the one
+recorded (older artifacts recorded the kernel module alone and are judged by it), or the card no longer has the
 recipe, or the recipe's kernel entry, config or the card's tolerance changed. An edit elsewhere in
 the card file (prose, another recipe, the evidence written from this very run) changes the card's
 sha256 without touching what was measured; that is reported as ``card_edited`` (shown beside the
@@ -31,6 +32,7 @@ from typing import Any, Iterable, Optional
 from skillrun.artifact_store import kb_relative
 from skillrun.atomic import is_temp_name
 from skillrun.errors import InputError, SkillRunError
+from skillrun.kernel_sources import MAX_MODULES, locate, source_sha256
 from skillrun.validation import load_artifact
 
 # Where measured GPU evidence sorts before CPU numerics, and both before compile-only checks.
@@ -376,18 +378,37 @@ def _sha256(path: Path) -> Optional[str]:
         return None
 
 
-def kernel_file(ref: str, root: Path) -> Optional[Path]:
-    """The source file of a ``module:function`` reference, found without importing it."""
-    module = ref.split(":", 1)[0]
-    parts = module.split(".")
-    if parts and parts[0] == "skillrun_kernels":
-        base = root.joinpath("kernels", *parts[1:])
-        for cand in (base.with_suffix(".py"), base / "__init__.py"):
-            if cand.is_file():
-                return cand
-    from skillrun.refs import module_file
+def _source_changes(recipe_rec: dict[str, Any], kernel_ref: str, root: Path) -> list[str]:
+    """Why the kernel that ran is not today's: its module's or an imported helper's sha256 moved.
 
-    return module_file(module)
+    Artifacts with ``kernel_sources`` ({module: sha256} of the kernel's import closure, see
+    skillrun.kernel_sources) are judged by every module in it; older ones carry only
+    ``kernel_source_sha256`` and are judged by the kernel module alone, as they always were (their
+    runs never recorded which helpers they used, so an edited helper cannot be charged to them).
+    """
+    kernel_module = kernel_ref.split(":", 1)[0]
+    sources = recipe_rec.get("kernel_sources")
+    if not isinstance(sources, dict) or not sources:
+        recorded = recipe_rec.get("kernel_source_sha256")
+        if not recorded:
+            return []
+        sources = {kernel_module: recorded}
+    if len(sources) > MAX_MODULES:
+        return [f"the artifact records {len(sources)} kernel sources, more than the {MAX_MODULES} this runner compares"]
+    reasons = []
+    for module, recorded in sources.items():
+        src = locate(module, root)
+        try:
+            now = source_sha256(src) if src else None
+        except SkillRunError:
+            now = None
+        what = "the kernel source" if module == kernel_module else "the kernel helper"
+        if now is None:
+            reasons.append(f"{what} {module} cannot be found to compare its sha256")
+        elif now != recorded:
+            via = "" if module == kernel_module else f" ({module}, imported by {kernel_module})"
+            reasons.append(f"{what} {kb_relative(src, root)}{via} changed since the run (sha256 {str(recorded)[:10]}… → {now[:10]}…)")
+    return reasons
 
 
 def staleness(rec: dict[str, Any], index: Any, root: Path) -> tuple[list[str], bool]:
@@ -415,14 +436,7 @@ def staleness(rec: dict[str, Any], index: Any, root: Path) -> tuple[list[str], b
         moved = sorted(k for k, v in card.tolerance.items() if k in tol and _f(tol[k]) != _f(v))
         if moved:
             reasons.append("the card's tolerance changed since the run (" + ", ".join(moved) + ")")
-    recorded = recipe_rec.get("kernel_source_sha256")
-    if recorded:
-        src = kernel_file(recipe_rec.get("kernel") or recipe.kernel, root)
-        now = _sha256(src) if src else None
-        if now is None:
-            reasons.append("the kernel source file cannot be found to compare its sha256")
-        elif now != recorded:
-            reasons.append(f"the kernel source {kb_relative(src, root)} changed since the run (sha256 {recorded[:10]}… → {now[:10]}…)")
+    reasons += _source_changes(recipe_rec, recipe_rec.get("kernel") or recipe.kernel, root)
     return reasons, edited
 
 
@@ -563,9 +577,9 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
         card_id = str((rec.get("card") or {}).get("id") or "—")
         recipe = str((rec.get("recipe") or {}).get("name") or "—")
         key = (card_id, recipe, shape_key(rec.get("shape")), device_class(rec), str(rec.get("mode") or "—"))
-        ck = (card_id, recipe, str((rec.get("card") or {}).get("sha256")), str((rec.get("recipe") or {}).get("kernel")),
-              str((rec.get("recipe") or {}).get("config")), str((rec.get("recipe") or {}).get("kernel_source_sha256")),
-              str(rec.get("tolerance")))
+        rr = rec.get("recipe") or {}
+        ck = (card_id, recipe, str((rec.get("card") or {}).get("sha256")), str(rr.get("kernel")), str(rr.get("config")),
+              str(rr.get("kernel_source_sha256")), str(rr.get("kernel_sources")), str(rec.get("tolerance")))
         if ck not in stale_cache:
             stale_cache[ck] = staleness(rec, index, ev.root)
         reasons, edited = stale_cache[ck]

@@ -11,6 +11,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The version of every `--json` document the CLI prints (their shapes are in schemas/cli-*.schema.json).
+# Raise it when a key is renamed or removed; adding a key keeps it.
+JSON_SCHEMA_VERSION = 1
+
 # inferred_loop: a run of identical-shape launches of one op (a per-batch loop) gave `batch` = run length.
 ShapeProvenance = Literal["trace", "kernel-name", "user", "unresolved", "inferred_loop"]
 # What a kernel does, from its name and launching op (skillrun.names.kernel_category). Communication

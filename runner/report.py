@@ -803,7 +803,7 @@ def _details_body(rec: dict[str, Any]) -> str:
     if isinstance(meta.get("card"), dict):  # the card's sha256 is for staleness, not for a reader
         meta["card"] = {k: v for k, v in meta["card"].items() if k != "sha256"}
     if isinstance(meta.get("recipe"), dict):
-        meta["recipe"] = {k: v for k, v in meta["recipe"].items() if k != "kernel_source_sha256"}
+        meta["recipe"] = {k: v for k, v in meta["recipe"].items() if k not in ("kernel_source_sha256", "kernel_sources")}
     parts.append("<dl class='meta'>" + "".join(f"<dt>{e(k)}</dt><dd>{_brk(_readable(k, v))}</dd>" for k, v in meta.items())
                  + "</dl>")
     return "".join(parts)

@@ -76,11 +76,13 @@ def test_plan_filter_keeps_the_cards_items_in_a_form_e2e_reads(bench_path, tmp_p
     plan = api.load_plan(out)
     assert {i.skill_id for i in plan.items} == {CARD}
     assert sorted(i.shape["tokens"] for i in plan.items) == [16, 4096]
-    # `skill-run plan --json` spells the trace `source`: read into the model's `profile`
+    # `skill-run plan --json` spells the trace `source`: the filter keeps the document as it came
+    # and e2e's loader reads that spelling into the model's `profile`
     listed = json.loads(out.read_text())
     listed = {"schema_version": 1, "source": listed.pop("profile"), **listed}
     src.write_text(json.dumps(listed))
     assert plan_filter.main([str(src), "--card", CARD, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["source"] == listed["source"]
     assert api.load_plan(out).profile.endswith("kineto_h200_deepgemm_moe.synthetic.json")
 
 

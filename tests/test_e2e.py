@@ -53,6 +53,9 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     assert rec["routing"]["routable_calls_per_run_a"] == [4]
     assert rec["cards"][0]["id"] == ROWWISE and rec["card_ids"] == [ROWWISE]
     assert rec["cards"][0]["items"][0]["routed_calls"] == [4]
+    item = rec["cards"][0]["items"][0]  # what ran: the port's module and the shared helpers it imports
+    assert item["kernel_sources"][item["kernel"].split(":")[0]] == item["kernel_source_sha256"]
+    assert "skillrun_kernels.protocol" in item["kernel_sources"]
     assert rec["outputs"]["method"] == "saved_tensors" and rec["outputs"]["passed"] is True
     assert rec["outputs"]["compared"][0]["name"] == "y" and rec["outputs"]["compared"][0]["rel_fro"] < 0.01
     assert rec["verdict_detail"]["outputs"] == "passed" and rec["verdict"].startswith("e2e_")

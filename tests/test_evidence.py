@@ -106,6 +106,52 @@ def test_kernel_edit_makes_a_fresh_artifact_stale(labelled):
     assert build_index(SkillIndex.load(kb)).find(paths["new"]).stale
 
 
+def test_an_edited_helper_stales_the_artifacts_that_recorded_it_and_not_older_ones(kb: Path):
+    """Artifacts with kernel_sources are stale when any module of the kernel's import closure moved,
+    with a reason naming it; artifacts from before (kernel_source_sha256 alone) are judged as always."""
+    from skillrun.kernel_sources import kernel_sources
+
+    k = kb / "kernels"
+    (k / "__init__.py").write_text("")
+    (k / "_shared").mkdir()
+    (k / "_shared" / "__init__.py").write_text("")
+    (k / "_shared" / "tiles.py").write_text("TILE = 128\n")
+    port = "from skillrun_kernels._shared.tiles import TILE\n\n\ndef build(**kw):\n    return TILE\n"
+    (k / "toykern.py").write_text(port)
+    port_sha = hashlib.sha256(port.encode()).hexdigest()
+    v = kb / "validation"
+    new = record(kb, "2026-11-29T10:00:00+00:00", NARROW, kernel_sha=port_sha)
+    new["recipe"]["kernel_sources"] = kernel_sources("skillrun_kernels.toykern", root=kb)
+    assert set(new["recipe"]["kernel_sources"]) == {"skillrun_kernels", "skillrun_kernels._shared",
+                                                    "skillrun_kernels._shared.tiles", "skillrun_kernels.toykern"}
+    new_path = write_artifact(new, v)  # schema-valid with the new field
+    old_path = write_artifact(record(kb, "2026-11-29T10:00:00+00:00", WIDE, recipe="wide_n",
+                                     config={"tile_m": 64, "tile_n": 256}, kernel_sha=port_sha), v)
+
+    def judged() -> tuple:
+        ev = build_index(SkillIndex.load(kb))
+        return ev.find(new_path), ev.find(old_path)
+
+    fresh, old = judged()
+    assert not fresh.stale and not old.stale, (fresh.stale_reasons, old.stale_reasons)
+    (k / "_shared" / "tiles.py").write_text("TILE = 64\n")
+    fresh, old = judged()
+    assert fresh.stale and not old.stale, old.stale_reasons
+    (reason,) = fresh.stale_reasons
+    assert reason.startswith("the kernel helper kernels/_shared/tiles.py (skillrun_kernels._shared.tiles, imported by skillrun_kernels.toykern) changed")
+    # an edit of the kernel module itself stales both, each with the reason it always had
+    (k / "toykern.py").write_text(port + "# tuned\n")
+    fresh, old = judged()
+    assert any(r.startswith("the kernel source kernels/toykern.py changed") for r in fresh.stale_reasons)
+    assert len(fresh.stale_reasons) == 2
+    assert [r[:len("the kernel source kernels/toykern.py changed")] for r in old.stale_reasons] == ["the kernel source kernels/toykern.py changed"]
+    # a helper gone since the run is named, not skipped
+    (k / "toykern.py").write_text(port)
+    (k / "_shared" / "tiles.py").unlink()
+    fresh, _ = judged()
+    assert fresh.stale_reasons == ["the kernel helper skillrun_kernels._shared.tiles cannot be found to compare its sha256"]
+
+
 def test_report_shows_each_label(labelled):
     kb, paths = labelled
     ev = build_index(SkillIndex.load(kb))

@@ -55,6 +55,11 @@ def test_correct_port_passes_with_evidence(kb):
     assert rec["speedup"] is None and "no GPU timing" in rec["reason"]
     assert rec["proxy_shape"] == SHAPE
     assert len(rec["recipe"]["kernel_source_sha256"]) == 64
+    # the source identity: the port's module (not in skillrun_kernels, so its own sha256 alone) and
+    # the skillrun_kernels modules it imports
+    sources = rec["recipe"]["kernel_sources"]
+    assert sources["defects.kernels"] == rec["recipe"]["kernel_source_sha256"]
+    assert "skillrun_kernels.protocol" in sources
 
 
 def test_wrong_values_fail_parity_even_with_perfect_cosine(kb):

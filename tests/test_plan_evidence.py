@@ -111,3 +111,35 @@ def test_measurements_say_which_timing_engine_took_them(demo):
     quoted = by_shape[(4096, 65536, 1536)]
     assert quoted.evidence["engine"] == "sustained"  # the newest artifact is the one quoted
     assert not any("position-biased engine" in n or "without the sustained load" in n for n in quoted.notes)
+
+
+def test_a_saved_plan_json_reads_back_as_the_same_plan_for_e2e(demo, tmp_path):
+    """`skill-run plan --json > plan.json` then `skill-run e2e --plan plan.json`: the loader takes the
+    printed document (trace named `source`, a schema_version) and gives back the plan that was printed."""
+    import json
+
+    from skillrun.cli.entry import app
+    from skillrun.errors import InputError
+
+    _, a = demo
+    res = CliRunner().invoke(app, ["--json", "plan", str(DEMO)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["schema_version"] == 1 and doc["source"] == str(DEMO) and "profile" not in doc
+    saved = tmp_path / "plan.json"
+    saved.write_text(res.output)
+    back = api.load_plan(saved)
+    # what was printed, key for key (compared with the printed document, not with another plan
+    # call: an evidence age like "29 min old" may turn over between the two)
+    printed = {k: v for k, v in doc.items() if k not in ("schema_version", "source")}
+    assert back.model_dump(mode="json") == {"profile": str(DEMO), **printed}
+    assert back.profile == str(DEMO) and len(back.items) >= 5 and back.items[0].skill_id == a.plan.items[0].skill_id
+    # `skill-run --profile T --json` (the plan under "plan") reads the same
+    analysis = tmp_path / "analysis.json"
+    analysis.write_text(json.dumps({"schema_version": 1, **a.to_json()}))
+    assert api.load_plan(analysis) == a.plan
+    # a document of another version is refused by name, not misread
+    saved.write_text(json.dumps({**doc, "schema_version": 2}))
+    with pytest.raises(InputError) as exc:
+        api.load_plan(saved)
+    assert exc.value.field == "schema_version" and str(saved) in str(exc.value)

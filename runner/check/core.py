@@ -19,7 +19,7 @@ from skillrun.check import flydsl_env, gates as G
 from skillrun.errors import SkillRunError, UsageError
 from skillrun.kb.cards import Recipe, SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
-from skillrun.refs import module_file
+from skillrun.kernel_sources import source_identity
 from skillrun.select import select_recipe
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -131,11 +131,6 @@ def _default_arch(card: SkillCard) -> str:
 
 
 # ---------------------------------------------------------------- artifact
-def _kernel_source_sha(kernel_ref: str) -> str | None:
-    path = module_file(kernel_ref.split(":", 1)[0])
-    return V.file_sha256(path) if path else None
-
-
 def _record(card: SkillCard, chk: RecipeCheck, recipe: Recipe, flydsl_version: str) -> dict[str, Any]:
     kernels = [{k: v for k, v in kern.items() if k != "isa_path"} for kern in chk.kernels]
     rec: dict[str, Any] = {
@@ -160,9 +155,10 @@ def _record(card: SkillCard, chk: RecipeCheck, recipe: Recipe, flydsl_version: s
                   "nothing was executed, no timing or numerics are implied",
                   f"compile wall time {chk.seconds:.1f} s (child process, includes Python start-up)"],
     }
-    sha = _kernel_source_sha(recipe.kernel)
-    if sha:
-        rec["recipe"]["kernel_source_sha256"] = sha
+    identity, problem = source_identity(recipe.kernel)
+    rec["recipe"].update(identity)
+    if problem:
+        rec["notes"].append(problem)
     return rec
 
 

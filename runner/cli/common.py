@@ -23,6 +23,9 @@ from typer._click import exceptions as _cexc  # typer ships its own click
 
 from skillrun import api
 from skillrun.errors import EXIT_FAILURE, SkillRunError
+# The version of every `--json` document printed here; skillrun.models holds it so that the API
+# reading a document back (api.load_plan) checks the same number.
+from skillrun.models import JSON_SCHEMA_VERSION
 from skillrun.termtext import safe
 
 # Set by the root callback and by the --kb/--json copies that the entry module puts on every command.
@@ -126,11 +129,6 @@ def index():
 
 def want_json(as_json: bool = False) -> bool:
     return bool(as_json or state["json"])
-
-
-# The version of every `--json` document the CLI prints (its shapes are in schemas/cli/*.schema.json).
-# Raise it when a key is renamed or removed; adding a key keeps it.
-JSON_SCHEMA_VERSION = 1
 
 
 def emit_json(data: Any, key: Optional[str] = None) -> None:

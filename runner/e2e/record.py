@@ -15,16 +15,11 @@ from typing import Any
 from skillrun.artifact_store import machine_path_in_kb, slug, stamp, write_new
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.paths import kb_root
+from skillrun.kernel_sources import source_identity
 from skillrun.redact import scrub
-from skillrun.refs import module_file, split_ref
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now, validate_record
 
 KIND = "e2e_validation"
-
-
-def _kernel_sha(ref: str) -> str | None:
-    path = module_file(split_ref(ref)[0])
-    return file_sha256(path) if path else None
 
 
 def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command_line, warm, timed_a, timed_b, aa,
@@ -32,6 +27,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
     wa, wb = warm
     cards: dict[str, dict[str, Any]] = {}
     routed_items = []
+    identity_notes: list[str] = []
     for it in spec.items:
         routed = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_b]
         routable = [int((r.status.get("item_calls") or {}).get(it["id"], 0)) for r in timed_a]
@@ -42,9 +38,10 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
                "config": it["config"], "shape": it["shape"], "route": it["route"], "pct_gpu": it["pct_gpu"],
                "expected_speedup": it["expected_speedup"], "projected_gain_pct": it["projected_gain_pct"],
                "routed_calls": routed, "routable_calls_a": routable}
-        sha = _kernel_sha(it["kernel_ref"])
-        if sha:
-            row["kernel_source_sha256"] = sha
+        identity, problem = source_identity(it["kernel_ref"])
+        row.update(identity)
+        if problem:
+            identity_notes.append(f"{it['kernel_ref']}: {problem}")
         entry["items"].append(row)
         if max(routed, default=0) > 0:
             routed_items.append(it)
@@ -57,7 +54,7 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
             by[op] = by.get(op, 0) + n
     mechanisms = sorted(f"TorchDispatchMode on {op}" if op.startswith("aten::") else f"Python-level wrapper of {op}"
                         for op, n in by.items() if n)
-    notes = list(dict.fromkeys(n for r in [wb, *timed_b] for n in (r.status.get("notes") or [])))
+    notes = list(dict.fromkeys(n for r in [wb, *timed_b] for n in (r.status.get("notes") or []))) + identity_notes
     graphs = last_b.get("cuda_graphs") or {}
     if graphs.get("captures"):
         notes.append(f"the workload captured {graphs['captures']} CUDA graph(s) and replayed them {graphs.get('replays', 0)} "

@@ -35,9 +35,9 @@ from skillrun.execute.stats import aa_noise, engine_facts, summarize, timing_war
 from skillrun.execute.watchdog import GPU_DEADLINE_S
 from skillrun.kb.cards import SkillCard
 from skillrun.kb.index import SkillIndex
+from skillrun.kernel_sources import source_identity
 from skillrun.models import Plan, PlanItem
 from skillrun.plan import projected_gain_pct
-from skillrun.refs import module_file, split_ref
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now, write_artifact
 from skillrun.verdict import PortOutcome, RefOutcome, decide
 
@@ -214,11 +214,6 @@ def plan_item_for(index: SkillIndex, card: SkillCard, shape: dict[str, int], be:
 # record skeleton
 
 
-def _sha(ref: str) -> str | None:
-    path = module_file(split_ref(ref)[0])
-    return file_sha256(path) if path else None
-
-
 def _base_record(ctx: _Ctx) -> dict[str, Any]:
     card, item, be, opts = ctx.card, ctx.item, ctx.be, ctx.opts
     recipe = card.recipe(item.recipe)
@@ -246,9 +241,10 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
     }
     if rec["dtype"] is None:
         del rec["dtype"]
-    sha = _sha(kernel)
-    if sha:
-        rec["recipe"]["kernel_source_sha256"] = sha
+    identity, problem = source_identity(kernel)
+    rec["recipe"].update(identity)
+    if problem:
+        ctx.notes.append(problem)
     if item.untuned:
         ctx.notes.append("recipe is UNTUNED for this shape (card default)")
     return rec

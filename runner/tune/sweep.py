@@ -194,7 +194,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
             path.unlink(missing_ok=True)  # no half-written placeholder left behind
             raise
     if notes:
-        rec["notes"] = notes
+        rec["notes"] = [*rec.get("notes", []), *notes]
     if write:
         path = write_tuning(rec, validation_root, path=path)
     if refused is not None:

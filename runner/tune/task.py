@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from skillrun.artifact_store import machine_path_in_kb
-from skillrun.errors import SkillRunError, UsageError
+from skillrun.errors import UsageError
 from skillrun.execute.backends import Backend
 from skillrun.kb import tunable as T
 from skillrun.kb.cards import SkillCard, problem_keys
 from skillrun.kb.index import SkillIndex
-from skillrun.refs import module_file, split_ref
+from skillrun.kernel_sources import source_identity
 from skillrun.tune import session as S
 from skillrun.validation import card_revision, file_sha256, runner_info, software_info, utc_now
 
@@ -83,22 +83,18 @@ def task_context(card: SkillCard, shape: dict[str, int], be: Backend, recipe_bac
                        "l2_bytes": be.facts.l2_bytes, "cuda_graph": cuda_graph, "max_sets": 32, "max_seconds": 120.0}}
 
 
-def _sha(ref: str) -> str | None:
-    try:
-        p = module_file(split_ref(ref)[0])
-    except SkillRunError:
-        return None
-    return file_sha256(p) if p else None
-
-
 def base_record(kind: str, card: SkillCard, shape: dict[str, int], be: Backend, recipe: dict[str, Any],
                 command: str) -> dict[str, Any]:
-    return {
+    identity, problem = source_identity(recipe["kernel"])
+    rec = {
         "schema_version": 1, "kind": kind, "created": utc_now(), "command": command,
         "card": {"id": card.id, "revision": card_revision(card.path), "path": machine_path_in_kb(card.path, card.path.parents[2]), "sha256": file_sha256(card.path)},
         "runner": runner_info(), "device": be.facts.artifact(), "software": software_info(), "shape": dict(shape),
-        "recipe": {**recipe, "kernel_source_sha256": _sha(recipe["kernel"])},
+        "recipe": {**recipe, "kernel_source_sha256": None, **identity},
     }
+    if problem:
+        rec["notes"] = [problem]
+    return rec
 
 
 def command_line(default: str) -> str:
