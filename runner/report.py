@@ -702,8 +702,20 @@ document.querySelectorAll('table.sortable').forEach(function (t) {
 
 def _brk(text: Any) -> str:
     """Escaped text that may wrap only after ``_ / , :`` (or a dot before a letter) inside long ids and paths, never inside a
-    number or a word (the page never uses overflow-wrap:anywhere, which split ``7168`` into ``7|168``)."""
-    return _BREAK_AFTER.sub(r"\g<0><wbr>", html.escape(str(text)))
+    number or a word (the page never uses overflow-wrap:anywhere, which split ``7168`` into ``7|168``). A C++ name
+    fragment with digits longer than a narrow cell (a demangled template in an integrity reason) is shown with its
+    middle elided, whole in its tooltip: it cannot wrap without splitting an id, and no reader needs all of it inline."""
+    out = []
+    for part in re.split(r"(\s+)", str(text)):
+        if len(part) > _LONG_CXX and ("::" in part or "<" in part) and re.search(r"\d", part):
+            keep = (_LONG_CXX - 1) // 2
+            out.append(f'<span class="n" title="{html.escape(part, quote=True)}">{html.escape(part[:keep] + "…" + part[-keep:])}</span>')
+        else:
+            out.append(_BREAK_AFTER.sub(r"\g<0><wbr>", html.escape(part)))
+    return "".join(out)
+
+
+_LONG_CXX = 41
 
 
 # After _ / , : anywhere, after a dot only before a letter (a module path, never a decimal point).
@@ -751,7 +763,7 @@ def _details_body(rec: dict[str, Any]) -> str:
     parts = []
     s = summarize(rec)
     if s.verdict_text:
-        parts.append(f"<p><b>verdict</b>: {_badge(s.verdict)} {e(s.verdict_text)}</p>")
+        parts.append(f"<p><b>verdict</b>: {_badge(s.verdict)} {_brk(s.verdict_text)}</p>")
     t = rec.get("timing") or {}
     if t:
         parts.append(f"<p><b>timing</b>: {e(_readable('method', t.get('method')))}; rounds {e(_readable('rounds', t.get('rounds')))}, "
@@ -768,7 +780,7 @@ def _details_body(rec: dict[str, Any]) -> str:
                      f"— {'passed' if pl.get('passed') else 'FAILED'}</p>")
     gates = rec.get("slot_integrity") or {}
     if gates:
-        items = "".join(f"<li>{e(str(k))}: {'passed' if (g or {}).get('passed') else 'FAILED'} — {e(str((g or {}).get('reason', '')))}</li>"
+        items = "".join(f"<li>{e(str(k))}: {'passed' if (g or {}).get('passed') else 'FAILED'} — {_brk(str((g or {}).get('reason', '')))}</li>"
                         for k, g in gates.items())
         parts.append(f"<p><b>slot integrity</b></p><ul>{items}</ul>")
     par = rec.get("parity") or {}

@@ -72,10 +72,15 @@ class _TrimmedLines:
     prints tables as wide as their widest cell, and rich pads every other row to that width: with one
     800-character kernel name, each line of a hot-kernel table carried ~800 spaces into the file."""
 
-    def __init__(self, stream) -> None:
-        self._stream = stream
+    def __init__(self) -> None:
         self._tail = ""
         self._prev = 0
+
+    @property
+    def _stream(self):
+        # Looked up at each write, as rich does for its own default: a caller (a test runner, a
+        # redirect) may swap sys.stdout after this console was made.
+        return sys.stdout
 
     def _trim(self, line: str) -> str:
         line = line.rstrip(" ")
@@ -112,7 +117,7 @@ class _TrimmedLines:
 def console(width: Optional[int] = None) -> Console:
     w = width or term_width()
     # Rich reads sys.stdout when it writes, so a test's captured stdout is honoured; wrap it only when unbounded.
-    file = _TrimmedLines(sys.stdout) if unbounded(w) else None
+    file = _TrimmedLines() if unbounded(w) else None
     c = Console(highlight=False, soft_wrap=False, width=w, markup=True, file=file)
     c.on_broken_pipe = stdout_closed  # rich would exit 1; a closed pipe is not a failure of ours
     return c

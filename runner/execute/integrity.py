@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterable
 
+from skillrun.names import short_name
+
 # Scopes the harness itself opens around launches; never counted as a slot's own work.
 HARNESS_SCOPE = "skillrun::slot"
 _IGNORED_HOST = re.compile(r"^(skillrun::|ProfilerStep|\[memory\]|cudaDeviceSynchronize|hipDeviceSynchronize)")
@@ -66,7 +68,9 @@ def evaluate_names(slot: str, own: str | None, others: dict[str, str | None], na
         else:
             unexpected = [n for n in kernels if not _search(own, n)]
             if unexpected:
-                problems.append(f"unexpected kernels (not matching {own!r}): " + ", ".join(unexpected[:5]))
+                # Short forms: a demangled template runs to 1000+ characters and says no more here.
+                problems.append(f"unexpected kernels (not matching {own!r}): "
+                                + ", ".join(short_name(n, 120) for n in unexpected[:5]))
     elif own and own_required and not any(_search(own, n) for n in seen):
         problems.append(f"none of the host ops matches the slot's own {own!r}")
     if problems:
