@@ -19,8 +19,8 @@ benchmarks in ``benchmarks/`` (``time_slots``). Rules it follows (../facts/measu
    per-position medians so a position effect is visible, not a silent shift.
    A launch that waits for the host inside itself (a count read back, a per-expert loop that
    synchronizes) ends any hold early, whatever its length, and the slots after it in the round then
-   start on an idle device. After three unheld rounds whose hold was already long enough for the
-   round's queuing, the timer holds every launch on its own (a spin before each start event): a
+   start on an idle device. After three unheld rounds in a row (each had grown the hold past what
+   the round before needed), the timer holds every launch on its own (a spin before each start event): a
    launch that still finds its spin ended synchronized inside itself (its time includes that host
    round trip, which is its own cost); every other launch is measured off an idle device again.
 4. Rounds whose SM clock reads below 75 % of the session's median clock are dropped as throttled.
@@ -255,17 +255,15 @@ class EventTimer:
         queued_us = self.dev.host_us() - self._round_t0
         held = None
         flags, self._launch_flags = self._launch_flags, []
+        extra: dict[str, Any] = {}
         if self.launch_hold and flags:
             # Judged per launch: a launch that ended its own spin synchronized inside itself (reported,
             # its time is its own). When most launches of a round did, the spin is simply too short
             # for one launch's queuing, and it grows.
             if sum(1 for f in flags if not f) > len(flags) / 2:
                 self.hold_us = min(HOLD_MAX_US, 2 * self.hold_us)
-            self._hold_end = None
-            clock = self.dev.sm_clock_mhz()
-            self.dev.synchronize()
-            return {"held": True, "queue_us": queued_us, "clock_mhz": clock, "launch_held": flags}
-        if self._hold_end is not None:
+            held, extra = True, {"launch_held": flags}
+        elif self._hold_end is not None:
             # Still spinning now that every launch is queued: no launch of this round met an idle device.
             held = not bool(self._hold_end.query())
             want = HOLD_FACTOR * queued_us + HOLD_MARGIN_US
@@ -290,7 +288,7 @@ class EventTimer:
             self._hold_end.synchronize()
         clock = self.dev.sm_clock_mhz()
         self.dev.synchronize()
-        return {"held": held, "queue_us": queued_us, "clock_mhz": clock}
+        return {"held": held, "queue_us": queued_us, "clock_mhz": clock, **extra}
 
     def sync(self) -> None:
         self.dev.synchronize()
