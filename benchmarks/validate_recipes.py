@@ -49,15 +49,26 @@ def summary(rec: dict, seconds: float) -> dict:
             "seconds": round(seconds, 1)}
 
 
+def plan_items(index, todo: list[tuple[str, str]]):
+    """(card, shape text, parsed shape, the plan item the runner would run) for each target: the recipe
+    and config `skill-run run` picks for it on sm_90."""
+    from skillrun.execute.backends import make_backend
+    from skillrun.execute.harness import plan_item_for
+    from skillrun.kb.cards import problem_keys
+    from skillrun.select import parse_shape
+
+    be = make_backend(None)
+    for card, shape in todo:
+        skill = index.skill(card)
+        sd = parse_shape(shape, problem_keys(skill))
+        yield card, shape, sd, plan_item_for(index, skill, sd, be, "sm_90")
+
+
 def pending(index, todo: list[tuple[str, str]], device_name: str | None = None) -> tuple[list[tuple[str, str]], list[dict]]:
     """Split ``todo`` into the shapes still to run and rows for those whose current artifact on this
     device class was timed by the sustained engine (so repeated device calls work through a card's
     shapes, and a shape is re-run only when its evidence is older, biased or stale)."""
     from skillrun import api
-    from skillrun.execute.backends import make_backend
-    from skillrun.execute.harness import plan_item_for
-    from skillrun.kb.cards import problem_keys
-    from skillrun.select import parse_shape
 
     if device_name is None:
         try:
@@ -67,13 +78,9 @@ def pending(index, todo: list[tuple[str, str]], device_name: str | None = None) 
         except Exception:
             device_name = None
     ev = api.evidence(index)
-    be = make_backend(None)
     left, done = [], []
-    for card, shape in todo:
-        skill = index.skill(card)
-        sd = parse_shape(shape, problem_keys(skill))
-        recipe = plan_item_for(index, skill, sd, be, "sm_90").recipe
-        hit = ev.measured(card, recipe, sd, arch="sm_90", device_name=device_name)
+    for card, shape, sd, item in plan_items(index, todo):
+        hit = ev.measured(card, item.recipe, sd, arch="sm_90", device_name=device_name)
         if hit is not None and hit.summary.engine == "sustained":
             done.append({"card": card, "shape": shape, "verdict": "already measured", "artifact": hit.path,
                          "speedup": hit.summary.speedup})
@@ -104,17 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     index = api.load_index()
     if a.emit_bench_configs:
-        from skillrun.execute.backends import make_backend
-        from skillrun.execute.harness import plan_item_for
-        from skillrun.select import parse_shape
-
-        be = make_backend(None)
-        cfgs = {}
-        for card, shape in targets(a.targets):
-            if card == "triton_fp8_blockscale_gemm_sm90":
-                sd = parse_shape(shape)
-                item = plan_item_for(index, index.skill(card), sd, be, "sm_90")
-                cfgs[f"{sd['M']}x{sd['N']}x{sd['K']}"] = item.config
+        blockscale = [t for t in targets(a.targets) if t[0] == "triton_fp8_blockscale_gemm_sm90"]
+        cfgs = {f"{sd['M']}x{sd['N']}x{sd['K']}": item.config for _, _, sd, item in plan_items(index, blockscale)}
         a.emit_bench_configs.write_text(json.dumps(cfgs, indent=1))
         print(json.dumps(cfgs))
         return 0
