@@ -27,7 +27,10 @@ CHEATS = {
 }
 SESSION_CHEATS = {"reach_zeroes_baseline_copy": f"{R}:build_zeroes_baseline_copy",
                   "reach_lazy_when_timed": f"{R}:build_lazy_when_timed",
-                  "reach_zeroes_counters": f"{R}:build_zeroes_counters"}
+                  "reach_zeroes_counters": f"{R}:build_zeroes_counters",
+                  "reach_session_patches_compare": f"{R}:build_session_patches_compare",
+                  "reach_patches_round_choice": f"{R}:build_patches_round_choice",
+                  "reach_fixes_checked_outputs": f"{R}:build_fixes_checked_outputs"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def kb(tmp_path_factory):
 def run(kb, card_id: str, **kw) -> dict:
     index, out = kb
     (rec,) = run_skill(index, card_id, [SHAPE], backend="cpu", validation_root=out, timeout_s=120,
-                       timer="wall", rounds=12, warmup=2, **kw)
+                       timer="wall", **{"rounds": 12, "warmup": 2, **kw})
     return rec
 
 
@@ -113,9 +116,25 @@ def test_a_port_returning_a_lazy_subclass_only_when_timed_fails_the_sampled_chec
     assert "not a plain torch.Tensor" in g["reason"] and rec["verdict"] == "error"
 
 
-@pytest.mark.xfail(strict=True, reason="the timed session's sampled checks share the port's process (README threat "
-                                       "model, 'Not guaranteed'); strict: this turns red the day it is stopped")
-def test_known_limit_a_stale_port_zeroing_the_sessions_failure_counters(kb):
-    rec = run(kb, "reach_zeroes_counters")
-    assert rec["parity"]["port"]["passed"]
-    assert not rec["slot_integrity"]["port"]["passed"]
+# Each passed with every gate green while the timed session's checks lived in the port's process:
+# stale answers in the timed rounds, and the session's own counters, comparison or round choice
+# bent to hide them (or, for the last, the answer fixed once the round was known to be checked).
+REFEREED = ("reach_zeroes_counters", "reach_session_patches_compare", "reach_patches_round_choice",
+            "reach_fixes_checked_outputs")
+
+
+@pytest.mark.parametrize("card_id", REFEREED)
+def test_a_port_bending_the_timed_sessions_checks_is_caught_by_the_referee(kb, card_id):
+    # 5 of 60 timed rounds checked: a port honest in its last 12 rounds only (9 timed, 3 observed) is
+    # missed by a fair draw with probability C(9,5)/C(60,5) < 3e-5; always, when the draw is its own
+    # process's (the forced checks fall in the last rounds)
+    rec = run(kb, card_id, **({"rounds": 60, "check_timed": 5} if card_id == "reach_patches_round_choice" else {}))
+    assert rec["parity"]["port"]["passed"]  # honest in the judged gate
+    g = rec["slot_integrity"]["port"]
+    s = g["sampled_timed_outputs"]
+    assert not g["passed"] and s["failed"] > 0 and s["judged_by"].startswith("the referee"), g
+    assert rec["verdict"] == "error" and rec.get("speedup") is None, rec["reason"]
+    if card_id == "reach_fixes_checked_outputs":
+        assert "not the one the session committed to" in s["failures"][0]
+    # the references were judged on the same rounds, and pass
+    assert rec["slot_integrity"]["baseline"]["sampled_timed_outputs"]["failed"] == 0

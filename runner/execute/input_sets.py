@@ -10,13 +10,15 @@ A port is untrusted code, so the operands it is timed on are built to defeat thr
   the block, so row-aligned inputs such as ``a``/``a_scale`` or ``topk_ids``/``topk_weights`` stay
   consistent), so a key taken from a slice of the inputs keeps hitting while the answer changes.
   This assumes rows along dim 0 are independent samples of the problem's inputs, true of every
-  problem in kernels/. Content seeds come from ``os.urandom``: a port cannot precompute answers for
-  the inputs it will be timed on while it is built.
+  problem in kernels/. Content seeds and the rows a refresh changes are drawn by the session's
+  referee in the parent (referee.py, ``os.urandom``), which builds the same content itself: a port
+  cannot precompute answers for the inputs it will be timed on while it is built, and the referee
+  knows what every set held without asking the port's process.
 * **inputs mutated**: each slot reads its own copy of every set, checksummed (integrity.digests)
   after it was written and again after the slot's call; a changed checksum fails that slot, the
   copy is rebuilt from the master, and no other slot ever read the changed bytes.
-* **a degenerate oracle**: the oracle is computed from the master, which no candidate is handed;
-  an all-zero, constant or non-finite oracle rejects the problem's input generation (DegenerateInput).
+* **a degenerate oracle**: an all-zero, constant or non-finite oracle rejects the problem's input
+  generation (DegenerateInput); in the timed session the referee decides that, from its own copy.
 
 Rewriting every copy and re-running each slot's ``prepare`` costs time; it happens between rounds,
 outside every measured interval (timing.interleave's ``after_round``).
@@ -27,17 +29,18 @@ import random
 from typing import Any
 
 from skillrun.execute import integrity, operands, parity
-
-
-class DegenerateInput(ValueError):
-    """The problem's inputs make the oracle useless as a test (all zeros, constant, non-finite)."""
+from skillrun.execute.parity import DegenerateInput
+from skillrun.execute.referee import LocalSource, apply_refresh
 
 
 class InputSets:
     def __init__(self, problem: Any, problem_name: str, shape: dict, device: str, launches: dict[str, Any],
-                 n_sets: int, rng: random.Random, in_place: bool = False, blind: set[str] | None = None) -> None:
+                 n_sets: int, rng: random.Random | None = None, in_place: bool = False, blind: set[str] | None = None,
+                 source: Any = None) -> None:
         self.problem, self.problem_name, self.shape, self.device = problem, problem_name, shape, device
-        self.launches, self.rng = launches, rng
+        self.launches = launches
+        # Where seeds and refresh plans come from: the session's referee (referee.Client), or this process.
+        self.source = source if source is not None else LocalSource(rng or random.SystemRandom())
         self.in_place = in_place  # CUDA graphs hold operand addresses: prepare's results must be copied in place
         self.master: list[dict] = []
         self.copies: dict[str, list[dict]] = {n: [] for n in launches}
@@ -53,7 +56,7 @@ class InputSets:
         self.refreshes = 0
         # prepare() is handed a decoy's activations, never a set's own (operands.py); one decoy serves every call.
         # blind: the slots whose prepare() gets the decoy (the port and its peers; None: every slot).
-        decoy = self._fresh()
+        decoy = self._fresh(self.source.decoy())
         hidden = operands.activation_keys(problem, decoy)
         self.decoy = {k: decoy[k] for k in hidden}  # its weights are freed at once: they can be large
         del decoy
@@ -64,12 +67,12 @@ class InputSets:
 
     # -- building -----------------------------------------------------------------------------
 
-    def _fresh(self) -> dict:
-        return self.problem.make_inputs(dict(self.shape), self.rng.randrange(1, 2**62), self.device)
+    def _fresh(self, seed: int) -> dict:
+        return self.problem.make_inputs(dict(self.shape), int(seed), self.device)
 
     def add_set(self) -> int:
         j = len(self.master)
-        self.master.append(self._fresh())
+        self.master.append(self._fresh(self.source.new_set(j)))
         self._oracle.append(None)
         for n in self.launches:
             copy = _clone(self.master[j])
@@ -119,30 +122,11 @@ class InputSets:
     # -- new content ------------------------------------------------------------------------------
 
     def refresh(self, j: int) -> None:
-        """New content for set j (master first, then every slot's copy, re-prepared)."""
-        fresh = self._fresh()
+        """New content for set j (master first, then every slot's copy, re-prepared), as the source plans it."""
         m = self.master[j]
-        groups: dict[Any, list[str]] = {}
-        for k, v in m.items():
-            if _is_tensor(v):
-                groups.setdefault(int(v.shape[0]) if v.dim() else None, []).append(k)
-            else:
-                m[k] = fresh[k]
-        modes = {g: self.rng.choice(("full", "block", "block", "keep")) for g in groups}
-        if groups and all(v == "keep" for v in modes.values()):
-            modes[self.rng.choice(sorted(groups, key=str))] = "block"
-        for g, keys in groups.items():
-            mode = modes[g]
-            if mode == "block" and (g is None or g < 2):
-                mode = "full"
-            if mode == "full":
-                for k in keys:
-                    m[k].copy_(fresh[k])
-            elif mode == "block":
-                length = self.rng.randint(1, max(1, g // 4))
-                start = self.rng.randint(0, g - length)
-                for k in keys:
-                    m[k][start:start + length].copy_(fresh[k][start:start + length])
+        plan = self.source.refresh(j, m)
+        fresh = self._fresh(plan["seed"])
+        apply_refresh(m, fresh, plan)
         del fresh
         self._oracle[j] = None
         self.refreshes += 1

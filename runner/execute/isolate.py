@@ -119,6 +119,9 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
         res["watchdog"] = record
         return res
+    if task.get("kind") == "session" and "referee" not in task:
+        # The timed session runs in the port's process; what decides about it is the referee's, here.
+        return _refereed(task, timeout_s=timeout_s, env=env, isolation=isolation)
     # Named for this process: a run killed by SIGKILL leaves its folder, and the next run removes it.
     with lifeline.temp_dir("child") as tmp:
         d = Path(tmp)
@@ -197,6 +200,24 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
         return res
     res.update(parity=verdict["parity"], flops=verdict["flops"], min_bytes=verdict["min_bytes"])
     return res
+
+
+def _refereed(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
+    """A session task with its referee (referee.py) serving it from this process."""
+    from skillrun.execute import referee
+
+    with lifeline.temp_dir("referee") as tmp:
+        try:
+            ref = referee.Referee(task, tmp)
+        except Exception as exc:  # noqa: BLE001 - the problem module or the device, named in the row's error
+            return {"status": "error", "error": f"the session's referee could not start: {type(exc).__name__}: {exc}"[:2000],
+                    "wall_s": 0.0}
+        try:
+            res = run_task({**task, "referee": ref.path, "handover": str(ref.handover)}, timeout_s=timeout_s, env=env,
+                           isolation=isolation)
+        finally:
+            ref.stop()
+        return referee.fold(res, task, ref.summary())
 
 
 def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,

@@ -38,6 +38,11 @@ def _names(seed: int) -> tuple[str, str]:
     return f"seed_{int(seed)}.bin", f"seed_{int(seed)}.json"
 
 
+def output_files(folder: str | Path, seed: int) -> tuple[Path, Path]:
+    """The two files one handed-over output takes (its bytes, its description)."""
+    return tuple(Path(folder, n) for n in _names(seed))  # type: ignore[return-value]
+
+
 def plain(out: Any) -> Any:
     """``out`` if it is an exact, strided ``torch.Tensor``; else TypeError naming what it is."""
     import torch
@@ -59,6 +64,7 @@ def write_output(folder: str | Path, seed: int, out: Any, meta: dict) -> None:
         t = out.detach().contiguous().reshape(-1)
         data = t.view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b""
     binf, metaf = _names(seed)
+    Path(folder).mkdir(parents=True, exist_ok=True)
     Path(folder, binf).write_bytes(data)
     Path(folder, metaf).write_text(json.dumps({**meta, "dtype": str(out.dtype).removeprefix("torch."),
                                                "shape": [int(s) for s in out.shape]}))
@@ -66,6 +72,7 @@ def write_output(folder: str | Path, seed: int, out: Any, meta: dict) -> None:
 
 def write_refusal(folder: str | Path, seed: int, reason: str, meta: dict) -> None:
     """The accused's side when its output cannot be handed over (not a plain tensor)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
     Path(folder, _names(seed)[1]).write_text(json.dumps({**meta, "refused": str(reason)[:1000]}))
 
 

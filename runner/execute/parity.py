@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+class DegenerateInput(ValueError):
+    """The problem's inputs make the oracle useless as a test (all zeros, constant, non-finite)."""
+
+
 DEFAULT_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999}
 
 

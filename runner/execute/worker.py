@@ -9,14 +9,15 @@ Tasks (JSON):
              profiler, and time them interleaved (GPU, or an injected timer)
 
 The port is untrusted code (so is every reference), and the tasks are built so that gaming the
-measurement fails: the parity gate is judged in another process (judge.py); inputs are checksummed around every call (a candidate that writes its operands
-fails; in the session each slot has its own copy, so the others never see it), the oracle comes from
-pristine inputs and a degenerate one (all zeros, constant, non-finite) rejects the problem's input
-generation, timed input sets get new content on every visit (input_sets.py) and the outputs of timed
-calls chosen at random after they returned are checked against the oracle of that content, and the
-kernel names are taken from timed rounds profiled in place at random positions (on a GPU with
-cuda_graph, from replays of the captured graphs). All of it runs between rounds, after the device
-is synchronized, never inside a measured launch.
+measurement fails. What decides runs in other processes: the parity gate is judged by a judge child
+(judge.py), and the timed session's checks by its referee in the parent (referee.py), which draws
+every input set's content and, after each timed round and once every slot has committed to its
+output, whether that round is checked; it judges the outputs handed over as bytes. What stays here:
+inputs checksummed around every call (a candidate that writes its operands fails; in the session
+each slot has its own copy, so the others never see it), and kernel names taken from timed rounds
+profiled in place at random positions (on a GPU with cuda_graph, from replays of the captured
+graphs). All of it runs between rounds, after the device is synchronized, never inside a measured
+launch.
 
 Only torch, the problem/kernel modules and light skillrun modules are imported here (never
 pydantic models), so the child runs on a device image that lacks the runner's extras.
@@ -33,8 +34,9 @@ import time
 import traceback
 from typing import Any
 
-from skillrun.execute import integrity, operands, parity, timing
-from skillrun.execute.input_sets import DegenerateInput, InputSets
+from skillrun.execute import integrity, operands, parity, referee, timing
+from skillrun.execute.input_sets import InputSets
+from skillrun.execute.parity import DegenerateInput
 from skillrun.refs import resolve
 
 
@@ -166,17 +168,6 @@ def _activations(inputs: dict, acts: list[str]) -> dict:
     return {k: inputs[k] for k in acts}
 
 
-def _compare_plain(out: Any, ref: Any, tol: dict) -> dict:
-    """parity.compare on an exact torch.Tensor only: a subclass could compute when the check looks."""
-    from skillrun.execute import judge
-
-    try:
-        judge.plain(out)
-    except TypeError as exc:
-        return {"passed": False, "error": str(exc)}
-    return parity.compare(out, ref, tol)
-
-
 def _storage_bytes(objs) -> int:
     seen, total = set(), 0
     for t in integrity.tensors_in(objs):
@@ -201,18 +192,26 @@ def session(task: dict) -> dict:
 
 
 def _session(task: dict) -> dict:
+    _fp32_oracle_precision()
+    # The referee (referee.py, in the parent) draws the input content and which timed rounds are
+    # checked, and judges those: connected before any kernel module is imported, so no port can take
+    # the connection first. Which rounds are profiled is drawn here (os.urandom), as each round starts.
+    client = referee.Client(task["referee"])
+    try:
+        return _timed_session(task, client)
+    finally:
+        client.close()
+
+
+def _timed_session(task: dict, client: Any) -> dict:
     import torch
 
-    _fp32_oracle_precision()
     device = task["device"]
     sync = _sync(device)
     use_device = device.startswith("cuda")
     problem = importlib.import_module(task["problem"])
     shape = dict(task["shape"])
     tcfg = task.get("timing") or {}
-    tol = parity.tolerance_of(task.get("tolerance"))
-    # Every random choice a port could exploit (input content, which timed rounds are profiled or
-    # have their outputs checked) comes from os.urandom: nothing in this process can predict it.
     rng = random.SystemRandom()
     res: dict[str, Any] = {"status": "ok", "slots": {}, "notes": [], "shape": shape}
     launches = {}
@@ -229,8 +228,9 @@ def _session(task: dict) -> dict:
     # Input sets: one for the checks, more when rotating to keep operands out of L2; each slot its own copy.
     timer = timing.make_timer(tcfg.get("timer"), device)
     want_graphs = bool(tcfg.get("cuda_graph") and use_device and timer is not None)
-    sets = InputSets(problem, task["problem"], shape, device, launches, 1, rng, in_place=want_graphs, blind={port, *peers})
-    sets.oracle(0)  # rejects a degenerate problem before any candidate runs
+    # (the referee rejects a degenerate problem when set 0 is made, before any candidate runs)
+    sets = InputSets(problem, task["problem"], shape, device, launches, 1, in_place=want_graphs, blind={port, *peers},
+                     source=client)
     outs = {n: [problem.output_like(shape, device)] for n in launches}
     bytes_per_set = _storage_bytes([sets.master[0], *(sets.copies[n][0] for n in launches),
                                     *(sets.prepared[n][0] for n in launches), *(outs[n][0] for n in launches)])
@@ -292,7 +292,7 @@ def _session(task: dict) -> dict:
         res["slots"][n]["integrity"] = gate
 
     # 3. timing, interleaved, with an A/A copy of the chosen reference.
-    sampled = {n: {"checked": 0, "failed": 0, "failures": []} for n in launches}
+    slot_dirs = {s["slot"]: os.path.join(task["handover"], f"s{i}") for i, s in enumerate(task["slots"])}
     observer = integrity.RoundObserver(use_device)
     t = None
     if timer is not None:
@@ -359,39 +359,30 @@ def _session(task: dict) -> dict:
             flush = torch.empty(2 * int(tcfg["l2_bytes"]), dtype=torch.uint8, device=device)
             between = flush.zero_
         rounds = int(tcfg.get("rounds", 100))
-        k_target = max(1, min(int(tcfg.get("check_timed", 16)), rounds))
-        seen = {"timed": 0, "checked": 0, "seconds": 0.0}
+        seen = {"checked": 0, "seconds": 0.0}
 
         def after_round(info: dict) -> None:
             # Runs after timer.sync() with every launch of the round finished and its time read: none of
-            # this (checksums, oracle, comparisons, new content) is inside a measured interval.
+            # this (checksums, commitments, handing outputs over, new content) is inside a measured interval.
             t0 = time.perf_counter()
             j, kind = info["set"], info["kind"]
-            # A slot whose inputs another slot wrote in this round is not judged on this round's output.
-            foreign = set()
+            # A reference whose inputs another slot wrote in this round is not judged on this round's output.
+            foreign = []
             for n in launches:
                 before = len(sets.tampered[n])
                 sets.check(n, j, f"{kind} round {info['index']}")
                 if len(sets.tampered[n]) > before:
-                    foreign.add(n)
+                    foreign.append(n)
             if kind == "timed":
-                left = max(1, rounds - seen["timed"])
-                seen["timed"] += 1
-                need = k_target - seen["checked"]
-                # Chosen after the call returned (selection sampling: a uniform random subset of the timed
-                # rounds): at call time the choice does not exist yet, so no port can know it.
-                if need > 0 and (rng.random() * left < need or (info["last"] and seen["checked"] == 0)):
+                # Commit to every output first; the referee then says whether this round is checked.
+                ans = client.ask({"op": "round", "kind": kind, "index": info["index"], "read": last_set(j),
+                                  "last": bool(info["last"]), "commits": {n: _commit(holder[n]) for n in launches}})
+                if ans.get("check"):
                     seen["checked"] += 1
-                    ref = sets.oracle(last_set(j))
                     for n in launches:
-                        if n in foreign:
-                            continue
-                        m = _compare_plain(holder[n], ref, tol)
-                        sampled[n]["checked"] += 1
-                        if not m["passed"]:
-                            sampled[n]["failed"] += 1
-                            if len(sampled[n]["failures"]) < 3:
-                                sampled[n]["failures"].append(f"timed round {info['index']}: {m.get('error', 'failed')[:200]}")
+                        if n not in foreign:
+                            _hand_over(slot_dirs[n], int(ans["token"]), holder[n])
+                    client.ask({"op": "handed", "token": ans["token"], "foreign": foreign})
             sets.refresh(j)
             sync()
             seen["seconds"] += time.perf_counter() - t0
@@ -410,25 +401,43 @@ def _session(task: dict) -> dict:
                                          if use_device else {})}
         res["notes"].append(
             f"between timed rounds (never inside a measured launch): {seen['seconds']:.2f} s of input checksums, "
-            f"{seen['checked']} sampled output checks and {sets.refreshes} input-content refreshes")
-        # Re-check the port after the timed storm: a race shows up here, not in a single launch.
-        parity.poison(outs[port][0])
-        again = _run_once(launches[port], sets.prepared[port][0], outs[port][0], sync)
-        sets.check(port, 0, "post-timing check")
-        res["post_timing_parity"] = _compare_plain(again, sets.oracle(0), tol)
-        if peers:
-            res["post_timing_parity_peers"] = {}
-            for n in peers:
-                parity.poison(outs[n][0])
-                again = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
-                sets.check(n, 0, "post-timing check")
-                res["post_timing_parity_peers"][n] = _compare_plain(again, sets.oracle(0), tol)
+            f"output commitments, {seen['checked']} rounds' outputs handed to the referee and {sets.refreshes} "
+            "input-content refreshes")
+        # Re-check the port (and its peers) after the timed storm: a race shows up here, not in a single launch.
+        for n in [port, *peers]:
+            parity.poison(outs[n][0])
+            again = _run_once(launches[n], sets.prepared[n][0], outs[n][0], sync)
+            sets.check(n, 0, "post-timing check")
+            token = rng.randrange(1, 2**62)
+            commit = _commit(again)
+            _hand_over(slot_dirs[n], token, again)
+            client.ask({"op": "handed", "what": "post", "slot": n, "token": token, "commit": commit})
+            del again
 
-    inexact = {s["slot"] for s in task["slots"] if s.get("isolated_parity") is False}
     for n in launches:
-        _finish_gate(res["slots"][n], n, sets, sampled[n], observer, t, launches, port, refs, use_device,
-                     graphs=bool(res.get("cuda_graph")), aa=task.get("aa_slot"), inexact=n in inexact, peers=peers)
+        _finish_gate(res["slots"][n], n, sets, observer, t, launches, port, refs, use_device,
+                     graphs=bool(res.get("cuda_graph")), aa=task.get("aa_slot"), peers=peers)
     return res
+
+
+def _commit(out: Any) -> Any:
+    """What the session commits to for one output before the referee picks the round: the digest of
+    its bytes, or why it cannot be handed over (not a plain tensor)."""
+    from skillrun.execute import judge
+
+    try:
+        return list(integrity.output_digest(judge.plain(out)))
+    except TypeError as exc:
+        return f"refused: {exc}"[:500]
+
+
+def _hand_over(folder: str, token: int, out: Any) -> None:
+    from skillrun.execute import judge
+
+    try:
+        judge.write_output(folder, token, out, {})
+    except TypeError as exc:
+        judge.write_refusal(folder, token, str(exc), {})
 
 
 def _names_gate(n: str, launches: dict, port: str, refs: list[str], dev_names: list[str], host_names: list[str],
@@ -458,10 +467,10 @@ def _names_gate(n: str, launches: dict, port: str, refs: list[str], dev_names: l
                                     own_required=bool(host_rx) or _is_host_kernel(launch))
 
 
-def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: Any, t: dict | None, launches: dict,
-                 port: str, refs: list[str], use_device: bool, graphs: bool, aa: str | None, inexact: bool = False,
-                 peers: list[str] = ()) -> None:
-    """Fold the checks made around slot n's calls into its integrity gate (what the artifact shows)."""
+def _finish_gate(slot: dict, n: str, sets: InputSets, observer: Any, t: dict | None, launches: dict,
+                 port: str, refs: list[str], use_device: bool, graphs: bool, aa: str | None, peers: list[str] = ()) -> None:
+    """Fold the checks made around slot n's calls into its integrity gate (what the artifact shows);
+    the sampled output checks are the referee's, added in the parent (referee.fold)."""
     gate = slot.setdefault("integrity", {"name": f"slot_integrity:{n}", "passed": False, "reason": "not checked"})
     problems = []
     muts = sets.mutations[n]
@@ -481,20 +490,6 @@ def _finish_gate(slot: dict, n: str, sets: InputSets, sampled: dict, observer: A
                         "the checksum of its own copy changed across its call; every slot reads its own copy, so no other "
                         "slot saw the change, and the copy was rebuilt from the pristine master")
     if t is not None:
-        gate["sampled_timed_outputs"] = {**sampled, "timed_rounds": t["rounds"],
-                                         "chosen": "after each timed call returned, uniformly at random (os.urandom)"}
-        if sampled["failed"] and inexact:
-            # A reference that already failed isolated parity fails timed calls the same way: that is a
-            # correctness fact (recorded in its parity and here), not a sign that other code was timed,
-            # so its timing stays comparable and its ratio is reported beside "fails the oracle".
-            gate["sampled_timed_outputs"]["note"] = (f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail "
-                                                     "the oracle, as its isolated calls did")
-        elif sampled["failed"]:
-            problems.append(f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail the oracle of the inputs "
-                            f"they were given ({sampled['failures'][0]}): a cached, stale or different result during "
-                            "timing than in isolation")
-        elif not sampled["checked"] and not sets.tampered[n]:
-            problems.append("no timed call's output was checked")
         dev, host, rounds = observer.names(n)
         obs = {"rounds": rounds, "launches": len(rounds),
                "what": "graph replays (the captured kernels)" if graphs else "eager launches, profiled in place"}

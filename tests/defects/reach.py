@@ -158,32 +158,97 @@ def build_lazy_when_timed(shape: dict, config: dict, device: str) -> KernelLaunc
     return _port("port_lazy_when_timed", body)
 
 
-def build_zeroes_counters(shape: dict, config: dict, device: str) -> KernelLaunch:
-    """Right on its first 3 calls (the judged gate) and outside the timing loop, returns its first
-    answer on every timed call and, after each, zeroes the session's sampled-failure counters found through ``gc.get_objects()``.
-    NOT stopped: the timed session's checks share the port's process (README threat model); the
-    test that runs it is a strict xfail that turns red the day it is stopped."""
-    import gc
+def _in_timing_loop() -> dict | None:
+    """The timing engine's frame locals when called from inside its loop (not the checks around it)."""
+    f = sys._getframe()
+    while f is not None and f.f_code.co_name != "interleave":
+        f = f.f_back
+    return f.f_locals if f is not None else None
 
+
+def _stale_when_timed(name: str, after=None, honest_when=None) -> KernelLaunch:
+    """Right on its first 3 calls (the judged gate) and outside the timing loop; inside it, does the
+    same work but returns its first answer again (cached, wrong for new content; as slow as an honest
+    call, so profiling it shows nothing) unless ``honest_when(loop locals)``; ``after()`` runs after
+    every call."""
     calls, first = [0], []
-
-    def timed() -> bool:  # called from inside the timing engine's loop (not the checks around it)
-        f = sys._getframe()
-        while f is not None and f.f_code.co_name != "interleave":
-            f = f.f_back
-        return f is not None
 
     def body(p, out):
         calls[0] += 1
-        if calls[0] <= 3 or not first or not timed():
+        loop = _in_timing_loop()
+        if calls[0] <= 3 or not first or loop is None or (honest_when and honest_when(loop)):
             out.copy_(_honest(p["a"], p["b"]))
             first[:] = [out.clone()]
         else:
+            _honest(p["a"], p["b"])
             out.copy_(first[0])
+        if after:
+            after()
+        return out
+
+    return _port(name, body)
+
+
+def build_zeroes_counters(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Stale in the timed rounds and, after each call, zeroes the session's sampled-failure counters
+    found through ``gc.get_objects()`` (stopped: the counters are the referee's, in the parent)."""
+    import gc
+
+    def zero():
         for obj in gc.get_objects():
             if type(obj) is dict and set(obj) == {"checked", "failed", "failures"}:
                 obj["failed"] = 0
                 obj["failures"].clear()
-        return out
 
-    return _port("port_zeroes_counters", body)
+    return _stale_when_timed("port_zeroes_counters", after=zero)
+
+
+def build_session_patches_compare(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Honest in the judged gate; in the timed session (its 4th call on) patches the parity check of
+    its own process to pass everything and returns stale answers (stopped: the session's outputs are
+    compared by the referee, in the parent, from their bytes)."""
+    from skillrun.execute import parity
+
+    calls = [0]
+
+    def patch():
+        calls[0] += 1
+        if calls[0] > 3:
+            parity.compare = lambda out, ref, tol: {"passed": True, "cosine": 1.0}
+
+    return _stale_when_timed("port_session_patches_compare", after=patch)
+
+
+def build_patches_round_choice(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Makes its process's os.urandom-backed generator never choose a round early (so only the checks
+    forced into the last timed rounds remain) and is honest only in the last 12 rounds, found from the
+    timing loop's locals (stopped: the referee in the parent chooses the checked rounds)."""
+    import random
+
+    random.SystemRandom.random = lambda self: 0.999999
+    return _stale_when_timed("port_patches_round_choice", honest_when=lambda loop: loop.get("i", 0) >= loop.get("total", 0) - 12)
+
+
+def build_fixes_checked_outputs(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Stale in the timed rounds; when the referee says a round is checked, rewrites the outputs with
+    the right answer before they are handed over (stopped: the session committed to each output's
+    bytes before the referee chose the round, and the bytes handed over no longer match)."""
+    from skillrun.execute import referee
+
+    last: dict = {}
+    ask = referee.Client.ask
+
+    def sneaky(self, msg):
+        ans = ask(self, msg)
+        if msg.get("op") == "round" and ans.get("check") and last:
+            last["out"].copy_(_honest(last["a"], last["b"]))
+        return ans
+
+    referee.Client.ask = sneaky
+    inner = _stale_when_timed("port_fixes_checked_outputs")
+
+    def body(p, out):
+        last.update(a=p["a"], b=p["b"], out=out)
+        return inner.run(p, out)
+
+    return _port("port_fixes_checked_outputs", body)

@@ -1,0 +1,429 @@
+"""The timed session's referee: the session's checks decided where no port can reach.
+
+The timed session (worker.session) must run in the port's process: its launches are what is timed.
+Everything that *decides* about it runs in the parent, which never imports a kernel module:
+
+* **input content.** Every input set's content comes from a seed and a refresh plan (which rows
+  change, and how) that the referee draws (``os.urandom``) and keeps. It holds its own copy of
+  every set's content, built from the same seeds, so it knows what each set held in every round
+  without asking the accused.
+* **which timed rounds are checked**, drawn after the round, once the session has *committed* to
+  every slot's output (a digest of its bytes, integrity.output_digest). Only then does the referee
+  say whether this round is checked; if it is, the session hands the outputs over as bytes
+  (judge.write_output) and the referee rebuilds each as a plain tensor, verifies it against the
+  commitment, and compares it with the fp32 oracle of the content it holds. A port cannot wait to
+  learn the choice and then compute the right answer: its answer was committed first.
+* **the counters and the result**: sampled checks, failures, the post-timing check and whether the
+  problem's inputs are degenerate live here, and the parent takes them from here only
+  (:func:`fold`); what the session's own result says about them is dropped.
+
+What stays in the port's process cannot be guarded this way, and the README's threat model says
+so: the times (CUDA events, the profiler's kernel names) are read there, and a port that runs the
+real computation outside the timed interval (between rounds, before it commits) is caught only by
+the observer check and the wall clock, not by the referee.
+
+Protocol: one JSON object per line over a Unix socket the parent listens on, answered in turn; the
+session connects before it builds any kernel, and the referee serves that one connection only.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from skillrun.execute import integrity, judge, parity
+
+_LINE_MAX = 1 << 20
+_MODES = ("full", "block", "block", "keep")
+
+
+# ------------------------------------------------------------------------------------------------
+# input content: one plan, applied the same way by the session and the referee
+
+
+def groups_of(master: dict) -> dict[str, list[str]]:
+    """Tensors of a set by their dim-0 length (``"none"`` for 0-d): a group changes rows together."""
+    out: dict[str, list[str]] = {}
+    for k, v in master.items():
+        if _is_tensor(v):
+            out.setdefault(str(int(v.shape[0])) if v.dim() else "none", []).append(k)
+    return out
+
+
+def draw_refresh(groups: dict[str, list[str]], rng: random.Random) -> dict[str, Any]:
+    """A refresh plan: a content seed, and per group ``full`` / ``keep`` or a ``[start, length]`` block."""
+    plan: dict[str, Any] = {"seed": rng.randrange(1, 2**62), "groups": {}}
+    modes = {g: rng.choice(_MODES) for g in sorted(groups)}
+    if modes and all(v == "keep" for v in modes.values()):
+        modes[rng.choice(sorted(modes))] = "block"
+    for g, mode in modes.items():
+        rows = int(g) if g != "none" else None
+        if mode == "block" and (rows is None or rows < 2):
+            mode = "full"
+        if mode == "block":
+            length = rng.randint(1, max(1, rows // 4))
+            plan["groups"][g] = [rng.randint(0, rows - length), length]
+        else:
+            plan["groups"][g] = mode
+    return plan
+
+
+def apply_refresh(master: dict, fresh: dict, plan: dict) -> None:
+    """Write a refresh plan into ``master`` in place, its new content taken from ``fresh``."""
+    for k, v in master.items():
+        if not _is_tensor(v):
+            master[k] = fresh[k]
+    groups = groups_of(master)
+    for g, how in plan["groups"].items():
+        for k in groups.get(g, ()):
+            if how == "full":
+                master[k].copy_(fresh[k])
+            elif isinstance(how, list):
+                start, length = int(how[0]), int(how[1])
+                master[k][start:start + length].copy_(fresh[k][start:start + length])
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+class LocalSource:
+    """Seeds and refresh plans drawn in this process (unit tests of InputSets; no referee)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def new_set(self, j: int) -> int:
+        return self.rng.randrange(1, 2**62)
+
+    def decoy(self) -> int:
+        return self.rng.randrange(1, 2**62)
+
+    def refresh(self, j: int, master: dict) -> dict:
+        return draw_refresh(groups_of(master), self.rng)
+
+
+# ------------------------------------------------------------------------------------------------
+# the session's side
+
+
+class RefereeError(RuntimeError):
+    """The referee refused the session's request or could not be reached."""
+
+
+class Client:
+    """The session's connection to the referee (worker.session); also its source of input content."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.reader = self.sock.makefile("rb")
+
+    def ask(self, msg: dict) -> dict:
+        self.sock.sendall(json.dumps(msg).encode() + b"\n")
+        line = self.reader.readline(_LINE_MAX)
+        if not line:
+            raise RefereeError("the referee closed the connection")
+        ans = json.loads(line)
+        if ans.get("error"):
+            raise (parity.DegenerateInput if ans.get("input_error") else RefereeError)(str(ans["error"]))
+        return ans
+
+    def new_set(self, j: int) -> int:
+        return int(self.ask({"op": "set", "j": j})["seed"])
+
+    def decoy(self) -> int:
+        return int(self.ask({"op": "decoy"})["seed"])
+
+    def refresh(self, j: int, master: dict) -> dict:
+        return self.ask({"op": "refresh", "j": j})["plan"]
+
+    def close(self) -> None:
+        try:
+            self.ask({"op": "done"})
+        except (OSError, RefereeError, ValueError):
+            pass
+        self.sock.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# the parent's side
+
+
+class Referee:
+    """Serves one session (see the module doc); ``summary()`` once the session's child has ended."""
+
+    def __init__(self, task: dict, folder: str | Path) -> None:
+        import torch  # noqa: F401  (the referee computes oracles; the parent imports torch only now)
+
+        self.task, self.folder = task, Path(folder)
+        self.handover = self.folder / "handover"
+        self.handover.mkdir()
+        self.path = str(self.folder / "referee.sock")
+        if len(self.path.encode()) > 100:  # a Unix socket's path is limited to ~108 bytes
+            raise ValueError(f"the temporary folder's path is too long for a Unix socket ({self.path}); set TMPDIR shorter")
+        self.problem = importlib.import_module(task["problem"])
+        self.shape, self.device = dict(task["shape"]), task["device"]
+        self.tol = parity.tolerance_of(task.get("tolerance"))
+        self.slots = [s["slot"] for s in task["slots"]]
+        self.accused = {task["port_slot"], *(task.get("peers") or [])}
+        tcfg = task.get("timing") or {}
+        self.rounds = max(1, int(tcfg.get("rounds", 100)))
+        self.k_target = max(1, min(int(tcfg.get("check_timed", 16)), self.rounds))
+        self.rng = random.SystemRandom()
+        self.master: list[dict] = []
+        self.oracles: dict[int, Any] = {}
+        self.sampled = {n: {"checked": 0, "failed": 0, "failures": []} for n in self.slots}
+        self.post: dict[str, dict] = {}
+        self.timed = self.checked = self.refreshes = 0
+        self.problems: list[str] = []
+        self.input_error: str | None = None
+        self.pending: dict | None = None  # the round whose outputs were asked for
+        self.done = False
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(1)
+        self.thread = threading.Thread(target=self._serve, name="skillrun-referee", daemon=True)
+        self.thread.start()
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.server.accept()
+        except OSError:
+            return
+        self.server.close()  # one session, one connection: nobody else gets in
+        with conn, conn.makefile("rb") as reader:
+            while True:
+                try:
+                    line = reader.readline(_LINE_MAX + 1)
+                except OSError:
+                    return
+                if not line:
+                    return
+                try:
+                    if len(line) > _LINE_MAX:
+                        raise ValueError("a request longer than the referee reads")
+                    msg = json.loads(line)
+                    if not isinstance(msg, dict):
+                        raise ValueError("a request that is not a JSON object")
+                    ans = self._answer(msg)
+                except _Refused as exc:
+                    ans = {"error": str(exc), **({"input_error": True} if exc.input_error else {})}
+                except Exception as exc:  # noqa: BLE001 - a malformed request fails the session, not the parent
+                    self.problems.append(f"the session broke the referee's protocol: {type(exc).__name__}: {str(exc)[:300]}")
+                    ans = {"error": "protocol error"}
+                try:
+                    conn.sendall(json.dumps(ans).encode() + b"\n")
+                except OSError:
+                    return
+
+    def stop(self) -> None:
+        """After the session's child has ended: no more requests; the referee's device memory is freed."""
+        try:
+            self.server.close()
+        except OSError:
+            pass
+        self.thread.join(timeout=60)
+        self.master.clear()
+        self.oracles.clear()
+        if str(self.device).startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def _answer(self, msg: dict) -> dict:
+        op = msg.get("op")
+        if self.done:
+            raise ValueError(f"{op!r} after the session said it was done")
+        if op == "set":
+            return {"seed": self._new_set(int(msg["j"]))}
+        if op == "decoy":
+            return {"seed": self.rng.randrange(1, 2**62)}
+        if op == "refresh":
+            return {"plan": self._refresh(int(msg["j"]))}
+        if op == "round":
+            return self._round(msg)
+        if op == "handed":
+            return self._handed(msg)
+        if op == "done":
+            self.done = True
+            return {"ok": True}
+        raise ValueError(f"unknown request {str(op)[:40]!r}")
+
+    # -- content ----------------------------------------------------------------------------
+
+    def _set(self, j: int) -> dict:
+        if not 0 <= j < len(self.master):
+            raise ValueError(f"input set {j} does not exist")
+        return self.master[j]
+
+    def _new_set(self, j: int) -> int:
+        if j != len(self.master) or j >= 4096:
+            raise ValueError(f"input set {j} asked for out of order")
+        seed = self.rng.randrange(1, 2**62)
+        self.master.append(self.problem.make_inputs(dict(self.shape), seed, self.device))
+        if j == 0:
+            self._oracle(0)  # a degenerate problem is rejected before any candidate is timed
+        return seed
+
+    def _refresh(self, j: int) -> dict:
+        if self.pending is not None:
+            raise ValueError("new content asked for before the checked round's outputs were handed over")
+        master = self._set(j)
+        plan = draw_refresh(groups_of(master), self.rng)
+        apply_refresh(master, self.problem.make_inputs(dict(self.shape), plan["seed"], self.device), plan)
+        self.oracles.pop(j, None)
+        self.refreshes += 1
+        return plan
+
+    def _oracle(self, j: int) -> Any:
+        if j not in self.oracles:
+            ref = self.problem.oracle(self._set(j)).float()
+            why = parity.degenerate(ref)
+            if why:
+                self.input_error = (f"test input rejected: {self.task['problem']}.make_inputs(shape={self.shape}) gives a "
+                                    f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
+                raise _Refused(self.input_error, input_error=True)
+            self.oracles = {j: ref}  # one at a time: they can be large
+        return self.oracles[j]
+
+    # -- rounds and checks ------------------------------------------------------------------
+
+    def _round(self, msg: dict) -> dict:
+        """A timed round has ended and every slot committed to its output: is it checked?"""
+        if self.pending is not None:
+            raise ValueError("a round reported before the checked round's outputs were handed over")
+        if msg.get("kind") != "timed":
+            return {"check": False}
+        commits = msg.get("commits")
+        if not isinstance(commits, dict):
+            raise ValueError("a timed round without its outputs' commitments")
+        self.timed += 1
+        left = max(1, self.rounds - (self.timed - 1))
+        need = self.k_target - self.checked
+        check = need > 0 and (self.rng.random() * left < need or (bool(msg.get("last")) and self.checked == 0))
+        if not check:
+            return {"check": False}
+        self.checked += 1
+        token = self.rng.randrange(1, 2**62)
+        self.pending = {"token": token, "set": int(msg["read"]), "round": int(msg.get("index", -1)),
+                        "commits": commits, "what": f"timed round {int(msg.get('index', -1))}"}
+        return {"check": True, "token": token}
+
+    def _handed(self, msg: dict) -> dict:
+        """The outputs of the round just chosen (or of the post-timing call), judged here."""
+        what = msg.get("what", "round")
+        if what == "post":
+            slot = str(msg.get("slot"))
+            if slot not in self.slots or slot in self.post:
+                raise ValueError(f"a post-timing output for slot {slot[:40]!r}")
+            self.post[slot] = self._judge_one(slot, 0, int(msg.get("token", 0)), msg.get("commit"))
+            return {"ok": True}
+        p, self.pending = self.pending, None
+        if p is None or msg.get("token") != p["token"]:
+            raise ValueError("outputs handed over for a round that was not chosen")
+        excused = set(msg.get("foreign") or []) - self.accused  # only a reference is excused: its inputs were written by another slot
+        for n in self.slots:
+            if n in excused:
+                continue
+            m = self._judge_one(n, p["set"], p["token"], p["commits"].get(n))
+            s = self.sampled[n]
+            s["checked"] += 1
+            if not m["passed"]:
+                s["failed"] += 1
+                if len(s["failures"]) < 3:
+                    s["failures"].append(f"{p['what']}: {str(m.get('error', 'failed'))[:200]}")
+        return {"ok": True}
+
+    def _judge_one(self, slot: str, j: int, token: int, commit: Any) -> dict:
+        ref = self._oracle(j)
+        folder = self.handover / f"s{self.slots.index(slot)}"
+        try:
+            out, _meta = judge.read_output(folder, token, max_bytes=max(1, ref.numel()) * 16)
+        except ValueError as exc:
+            return {"passed": False, "error": f"not judged: {exc}"}
+        finally:
+            for f in judge.output_files(folder, token):
+                f.unlink(missing_ok=True)
+        if commit is None or not isinstance(commit, list) or tuple(commit) != integrity.output_digest(out):
+            return {"passed": False, "error": "the output handed over is not the one the session committed to when the "
+                                              "round ended (it changed after the round was chosen for a check)"}
+        return parity.compare(out.to(ref.device), ref, self.tol)
+
+    # -- the result -------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        return {"sampled": self.sampled, "timed_rounds": self.timed, "checked_rounds": self.checked,
+                "refreshes": self.refreshes, "post": self.post, "problems": list(self.problems),
+                "input_error": self.input_error, "done": self.done}
+
+
+class _Refused(Exception):
+    def __init__(self, msg: str, input_error: bool = False) -> None:
+        super().__init__(msg)
+        self.input_error = input_error
+
+
+# The session's own claims the parent never takes: every one of them is the referee's.
+NOT_TAKEN = ("post_timing_parity", "post_timing_parity_peers", "input_error")
+
+
+def fold(res: dict[str, Any], task: dict, summary: dict[str, Any]) -> dict[str, Any]:
+    """The session's result with every check taken from the referee's ``summary``."""
+    for k in NOT_TAKEN:
+        res.pop(k, None)
+    if summary.get("input_error"):
+        return {**res, "status": "error", "input_error": True, "error": summary["input_error"]}
+    if res.get("status") != "ok":
+        return res
+    port, peers = task["port_slot"], [n for n in task.get("peers") or []]
+    accused = {port, *peers}
+    timed = isinstance(res.get("timing"), dict)
+    inexact = {s["slot"] for s in task["slots"] if s.get("isolated_parity") is False}
+    referee_problems = list(summary.get("problems") or [])
+    if timed:
+        said = int(res["timing"].get("rounds") or 0)
+        if summary.get("timed_rounds") != said or not summary.get("done"):
+            referee_problems.append(f"the session reports {said} timed rounds, the referee was told of "
+                                    f"{summary.get('timed_rounds')}" + ("" if summary.get("done") else " and the session never said it was done"))
+        post = summary.get("post") or {}
+        res["post_timing_parity"] = post.get(port) or {"passed": False, "error": "no post-timing output was handed over"}
+        if peers:
+            res["post_timing_parity_peers"] = {n: post.get(n) or {"passed": False, "error": "no post-timing output was handed over"}
+                                               for n in peers}
+    for n, slot in (res.get("slots") or {}).items():
+        gate = slot.setdefault("integrity", {"name": f"slot_integrity:{n}", "passed": False, "reason": "not checked"})
+        gate.pop("sampled_timed_outputs", None)
+        if not timed:
+            continue
+        problems = []
+        sampled = (summary.get("sampled") or {}).get(n) or {"checked": 0, "failed": 0, "failures": []}
+        gate["sampled_timed_outputs"] = {**sampled, "timed_rounds": res["timing"].get("rounds"),
+                                         "chosen": "by the referee in the parent, after the round ended and the session had "
+                                                   "committed to each output (os.urandom)",
+                                         "judged_by": "the referee (a process that never imported the port), from the output bytes"}
+        tampered = (gate.get("input_checksums") or {}).get("written_by_another_slot")
+        if sampled["failed"] and n in inexact and n not in accused:
+            gate["sampled_timed_outputs"]["note"] = (f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail "
+                                                     "the oracle, as its isolated calls did")
+        elif sampled["failed"]:
+            problems.append(f"{sampled['failed']} of {sampled['checked']} sampled timed calls fail the oracle of the inputs "
+                            f"they were given ({sampled['failures'][0]}): a cached, stale or different result during "
+                            "timing than in isolation")
+        elif not sampled["checked"] and not tampered:
+            problems.append("no timed call's output was checked")
+        if n in accused:
+            problems.extend(referee_problems)
+        if problems:
+            first = gate.get("reason") if not gate.get("passed", False) else None
+            gate["passed"] = False
+            gate["reason"] = "; ".join(([first] if first else []) + problems)
+    return res

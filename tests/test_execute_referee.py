@@ -1,0 +1,156 @@
+"""The timed session's referee (runner/execute/referee.py), driven over its socket by a scripted session.
+
+End-to-end cheats that bend the session's checks are in test_execute_judge.py; these pin the protocol:
+the content both sides build from the referee's seeds and plans, commitments, the order of requests,
+and what the parent takes (``fold``) from the session's result and from the referee.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from defects import problem as toy
+from skillrun.execute import integrity, judge, referee
+from skillrun.execute.parity import DegenerateInput
+
+SHAPE = {"M": 24, "N": 16, "K": 32}
+SLOTS = [{"slot": "port"}, {"slot": "baseline"}]
+
+
+def task(problem: str = "defects.problem", rounds: int = 8, check: int = 8) -> dict:
+    return {"kind": "session", "problem": problem, "shape": SHAPE, "device": "cpu", "slots": SLOTS,
+            "port_slot": "port", "peers": [], "timing": {"rounds": rounds, "check_timed": check}}
+
+
+@pytest.fixture
+def served(tmp_path):
+    made = []
+
+    def start(t: dict | None = None):
+        ref = referee.Referee(t or task(), tmp_path)
+        made.append(ref)
+        return ref, referee.Client(ref.path)
+
+    yield start
+    for ref in made:
+        ref.stop()
+
+
+def honest(inputs: dict) -> torch.Tensor:
+    return (inputs["a"].float() @ inputs["b"].float()).half()
+
+
+def hand(ref: referee.Referee, slot: str, token: int, out: torch.Tensor) -> None:
+    judge.write_output(ref.handover / f"s{[s['slot'] for s in SLOTS].index(slot)}", token, out, {})
+
+
+def test_both_sides_build_the_same_content_from_the_referees_seeds_and_plans(served):
+    ref, client = served()
+    mine = [toy.make_inputs(SHAPE, client.new_set(j), "cpu") for j in range(2)]
+    for step in range(6):
+        j = step % 2
+        plan = client.refresh(j, mine[j])
+        referee.apply_refresh(mine[j], toy.make_inputs(SHAPE, plan["seed"], "cpu"), plan)
+        assert all(torch.equal(mine[j][k], ref.master[j][k]) for k in mine[j])
+    assert ref.refreshes == 6
+
+
+def test_a_checked_round_is_judged_from_the_bytes_against_the_referees_own_content(served):
+    ref, client = served()
+    inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
+    right, stale = honest(inputs), torch.zeros(SHAPE["M"], SHAPE["N"], dtype=torch.float16)
+    outs = {"port": stale, "baseline": right}
+    ans = client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0, "last": False,
+                      "commits": {n: list(integrity.output_digest(o)) for n, o in outs.items()}})
+    assert ans["check"]  # every round is checked when check_timed == rounds
+    for n, o in outs.items():
+        hand(ref, n, ans["token"], o)
+    client.ask({"op": "handed", "token": ans["token"], "foreign": []})
+    s = ref.summary()["sampled"]
+    assert s["baseline"] == {"checked": 1, "failed": 0, "failures": []}
+    assert s["port"]["checked"] == 1 and s["port"]["failed"] == 1
+    assert not list(ref.handover.rglob("*.bin"))  # judged bytes do not pile up
+
+
+def test_an_output_changed_after_the_round_was_chosen_fails_its_commitment(served):
+    ref, client = served()
+    inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
+    stale = torch.zeros(SHAPE["M"], SHAPE["N"], dtype=torch.float16)
+    ans = client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0, "last": False,
+                      "commits": {"port": list(integrity.output_digest(stale)),
+                                  "baseline": list(integrity.output_digest(honest(inputs)))}})
+    hand(ref, "port", ans["token"], honest(inputs))  # the right answer, computed once the round was chosen
+    hand(ref, "baseline", ans["token"], honest(inputs))
+    client.ask({"op": "handed", "token": ans["token"], "foreign": []})
+    port = ref.summary()["sampled"]["port"]
+    assert port["failed"] == 1 and "not the one the session committed to" in port["failures"][0]
+
+
+def test_requests_out_of_order_fail_the_accused_and_are_refused(served):
+    ref, client = served()
+    client.new_set(0)
+    with pytest.raises(referee.RefereeError):
+        client.ask({"op": "handed", "token": 5, "foreign": []})  # no round was chosen
+    with pytest.raises(referee.RefereeError):
+        client.ask({"op": "set", "j": 7})  # sets are made in order
+    with pytest.raises(referee.RefereeError):
+        client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0})  # no commitments
+    client.close()
+    summary = ref.summary()
+    assert len(summary["problems"]) == 3 and summary["done"]
+    res = {"status": "ok", "slots": {"port": {"integrity": {"passed": True}}, "baseline": {"integrity": {"passed": True}}},
+           "timing": {"rounds": 0}}
+    out = referee.fold(res, task(), summary)
+    assert not out["slots"]["port"]["integrity"]["passed"]
+    assert "broke the referee's protocol" in out["slots"]["port"]["integrity"]["reason"]
+
+
+def test_a_degenerate_problem_is_rejected_by_the_referee(served):
+    _, client = served(task("defects.problem_zero"))
+    with pytest.raises(DegenerateInput, match="all zeros"):
+        client.new_set(0)
+
+
+def test_fold_takes_every_check_from_the_referee_never_from_the_session():
+    claimed = {"passed": True, "cosine": 1.0}
+    res = {"status": "ok", "post_timing_parity": claimed, "input_error": False, "timing": {"rounds": 8},
+           "slots": {n: {"integrity": {"passed": True, "sampled_timed_outputs": {"checked": 8, "failed": 0, "failures": []}}}
+                     for n in ("port", "baseline")}}
+    summary = {"sampled": {"port": {"checked": 2, "failed": 0, "failures": []},
+                           "baseline": {"checked": 2, "failed": 0, "failures": []}},
+               "timed_rounds": 5, "checked_rounds": 2, "post": {}, "problems": [], "input_error": None, "done": True}
+    out = referee.fold(res, task(), summary)
+    port = out["slots"]["port"]["integrity"]
+    assert port["sampled_timed_outputs"]["checked"] == 2  # the referee's count, not the session's 8
+    assert not port["passed"] and "the referee was told of 5" in port["reason"]
+    assert out["post_timing_parity"]["passed"] is False  # claimed, never handed over
+    assert out["slots"]["baseline"]["integrity"]["passed"]  # a reference is not blamed for the session's protocol
+
+
+def test_the_referee_chooses_about_check_timed_of_the_rounds(served):
+    ref, client = served(task(rounds=40, check=4))
+    inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
+    out = honest(inputs)
+    commit = list(integrity.output_digest(out))
+    chosen = []
+    for i in range(40):
+        ans = client.ask({"op": "round", "kind": "timed", "index": i, "read": 0, "last": i == 39,
+                          "commits": {"port": commit, "baseline": commit}})
+        if ans["check"]:
+            chosen.append(i)
+            hand(ref, "port", ans["token"], out)
+            hand(ref, "baseline", ans["token"], out)
+            client.ask({"op": "handed", "token": ans["token"], "foreign": []})
+    assert len(chosen) == 4 and ref.summary()["sampled"]["port"] == {"checked": 4, "failed": 0, "failures": []}
+
+
+def test_local_source_plans_keep_row_aligned_groups_together():
+    src = referee.LocalSource(random.Random(3))
+    master = {"x": torch.zeros(64, 4), "s": torch.zeros(64, 1), "w": torch.zeros(8, 8), "n": 3}
+    for _ in range(20):
+        plan = src.refresh(0, master)
+        assert set(plan["groups"]) == {"64", "8"}
+        assert all(v in ("full", "keep") or (isinstance(v, list) and len(v) == 2) for v in plan["groups"].values())
+        assert any(v != "keep" for v in plan["groups"].values())
