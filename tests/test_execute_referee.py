@@ -69,8 +69,8 @@ def test_a_checked_round_is_judged_from_the_bytes_against_the_referees_own_conte
         hand(ref, n, ans["token"], o)
     client.ask({"op": "handed", "token": ans["token"], "foreign": []})
     s = ref.summary()["sampled"]
-    assert s["baseline"] == {"checked": 1, "failed": 0, "failures": []}
-    assert s["port"]["checked"] == 1 and s["port"]["failed"] == 1
+    assert s["baseline"] == {"checked": 1, "failed": 0, "handover_failed": 0, "failures": []}
+    assert s["port"]["checked"] == 1 and s["port"]["failed"] == 1 and s["port"]["handover_failed"] == 0
     assert not list(ref.handover.rglob("*.bin"))  # judged bytes do not pile up
 
 
@@ -85,7 +85,7 @@ def test_an_output_changed_after_the_round_was_chosen_fails_its_commitment(serve
     hand(ref, "baseline", ans["token"], honest(inputs))
     client.ask({"op": "handed", "token": ans["token"], "foreign": []})
     port = ref.summary()["sampled"]["port"]
-    assert port["failed"] == 1 and "not the one the session committed to" in port["failures"][0]
+    assert port["failed"] == port["handover_failed"] == 1 and "not the one the session committed to" in port["failures"][0]
 
 
 def test_requests_out_of_order_fail_the_accused_and_are_refused(served):
@@ -143,7 +143,7 @@ def test_the_referee_chooses_about_check_timed_of_the_rounds(served):
             hand(ref, "port", ans["token"], out)
             hand(ref, "baseline", ans["token"], out)
             client.ask({"op": "handed", "token": ans["token"], "foreign": []})
-    assert len(chosen) == 4 and ref.summary()["sampled"]["port"] == {"checked": 4, "failed": 0, "failures": []}
+    assert len(chosen) == 4 and ref.summary()["sampled"]["port"] == {"checked": 4, "failed": 0, "handover_failed": 0, "failures": []}
 
 
 def test_local_source_plans_keep_row_aligned_groups_together():
@@ -154,3 +154,22 @@ def test_local_source_plans_keep_row_aligned_groups_together():
         assert set(plan["groups"]) == {"64", "8"}
         assert all(v in ("full", "keep") or (isinstance(v, list) and len(v) == 2) for v in plan["groups"].values())
         assert any(v != "keep" for v in plan["groups"].values())
+
+
+def test_a_reference_wrong_on_some_timed_calls_fails_the_oracle_but_stays_comparable():
+    from skillrun.execute.harness import _parity_summary
+
+    wrong = {"checked": 16, "failed": 5, "handover_failed": 0, "failures": ["timed round 5: 1/7168 elements outside"]}
+    summary = {"sampled": {"port": {"checked": 16, "failed": 0, "handover_failed": 0, "failures": []}, "baseline": wrong},
+               "timed_rounds": 16, "post": {"port": {"passed": True}}, "problems": [], "input_error": None, "done": True}
+    res = {"status": "ok", "timing": {"rounds": 16}, "slots": {n: {"integrity": {"passed": True}} for n in ("port", "baseline")}}
+    gates = {n: s["integrity"] for n, s in referee.fold(res, task(), summary)["slots"].items()}
+    assert gates["port"]["passed"] and gates["baseline"]["passed"]  # a correctness fact, not an integrity one
+    assert "5 of 16 sampled timed calls fail the oracle although its isolated calls passed" in gates["baseline"]["sampled_timed_outputs"]["note"]
+    shown = _parity_summary({"passed": True, "cosine": 1.0}, gates["baseline"])
+    assert shown["passed"] is False and shown["sampled_failed"] == 5 and shown["sampled_checked"] == 16
+    # the accused get no such benefit of the doubt, and a reference whose bytes did not arrive is not trusted
+    summary["sampled"]["port"] = wrong
+    summary["sampled"]["baseline"] = {**wrong, "handover_failed": 1}
+    gates = {n: s["integrity"] for n, s in referee.fold(res, task(), summary)["slots"].items()}
+    assert not gates["port"]["passed"] and not gates["baseline"]["passed"]

@@ -599,9 +599,13 @@ def _why_rejected(entry: dict[str, Any]) -> str:
     return "fails the fp32 oracle" + (f" (rel_fro {rel:.3g})" if isinstance(rel, (int, float)) else "")
 
 
-def _parity_summary(p: dict[str, Any]) -> dict[str, Any]:
-    """The per-reference parity numbers a reviewer reads first (the full block stays in ``parity``)."""
+def _parity_summary(p: dict[str, Any], gate: dict | None = None) -> dict[str, Any]:
+    """The per-reference parity numbers a reviewer reads first (the full block stays in ``parity``);
+    a reference wrong on some sampled timed calls (``gate``'s) does not pass, whatever its isolated seeds did."""
     out: dict[str, Any] = {"passed": bool(p.get("passed"))}
+    sampled = (gate or {}).get("sampled_timed_outputs") or {}
+    if sampled.get("failed"):
+        out.update(passed=False, sampled_failed=int(sampled["failed"]), sampled_checked=int(sampled.get("checked") or 0))
     for k in ("rel_fro", "mismatched", "max_abs_err", "cosine"):
         if isinstance(p.get(k), (int, float)):
             out[k] = p[k]
@@ -636,8 +640,12 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             why = "its time is below the physical floor (measurement error)"
         elif median is None and status == "ok":
             why = "not timed"
+        # Wrong on some sampled timed calls (the referee's checks, referee.fold): it fails the oracle too.
+        sampled = ((gates.get(slot) or {}).get("sampled_timed_outputs") or {}) if status == "ok" else {}
+        sampled_failed = int(sampled.get("failed") or 0)
         rows.append((slot, r, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
-                                         parity_passed=bool((r.get("parity") or {}).get("passed")) if status == "ok" else None,
+                                         parity_passed=(bool((r.get("parity") or {}).get("passed")) and not sampled_failed)
+                                         if status == "ok" else None,
                                          median_ms=median, comparable=why is None, why_not_comparable=why,
                                          error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
     p_ok = port["status"] == "ok"
@@ -654,7 +662,7 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
         entries.append({
             "name": o.name, "role": o.role, "production": o.production, "kernel": r.get("ref"), "slot": slot,
             "status": o.status, "error": (str(o.error)[:1000] if o.error else None) if o.status != "ok" else None,
-            "parity": _parity_summary(r.get("parity") or {}) if o.status == "ok" else {"passed": False},
+            "parity": _parity_summary(r.get("parity") or {}, gates.get(slot)) if o.status == "ok" else {"passed": False},
             "median_ms": round(o.median_ms, 6) if o.median_ms is not None else None,
             "speedup": sp.speedup, "noise_pct": round(noise_pct, 3) if noise_pct is not None and sp.speedup is not None else None,
             "speed": sp.speed,
