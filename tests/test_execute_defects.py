@@ -119,6 +119,19 @@ def test_wrong_baseline_is_recorded_and_speedup_is_against_the_correct_alternati
     assert rec["verdict"] == "cpu_numerics_passed"  # CPU timing is never GPU evidence
 
 
+def test_a_baseline_wrong_only_on_timed_calls_fails_the_oracle_and_the_ratio_moves_to_a_correct_one(kb):
+    """Right on its isolated seeds, one element off on every timed call: the referee's sampled checks
+    make it fail the oracle (a correctness fact about a reference, not an integrity failure)."""
+    rec = run(kb, "defect_baseline_off_when_timed", timer="wall", rounds=12, warmup=2, peaks=GENEROUS)
+    assert rec["parity"]["baseline"]["passed"]  # its isolated seeds
+    gate = rec["slot_integrity"]["baseline"]
+    assert gate["passed"] and gate["sampled_timed_outputs"]["failed"] == gate["sampled_timed_outputs"]["checked"] > 0
+    base = next(e for e in rec["references"] if e["role"] == "baseline")
+    assert base["parity"]["passed"] is False and base["parity"]["sampled_failed"] > 0 and base["median_ms"] > 0
+    assert rec["timing"]["versus"].startswith("alternative padded")
+    assert "fails the fp32 oracle on" in rec["timing"]["versus"] and "sampled timed calls" in rec["timing"]["versus"]
+
+
 def test_unsupported_baseline_is_recorded_as_such(kb):
     rec = run(kb, "defect_baseline_unsupported", timer="wall", rounds=10, warmup=1)
     base = rec["parity"]["baseline"]

@@ -564,7 +564,8 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
     slot = slot_of[dec.primary]
     r = base if slot == "baseline" else next(a for a in alts if f"alt:{a['name']}" == slot)
     label = "baseline" if slot == "baseline" else f"alternative {r['name']}"
-    primary_fails = not r["parity"].get("passed")
+    # the reference's parity as the verdict read it: its isolated seeds and the referee's sampled timed calls
+    primary_fails = not next(e for e in rec["references"] if e["name"] == dec.primary)["parity"].get("passed")
     timing["versus"] = (f"{label} ({r['ref']})" + ("; it fails the fp32 oracle (no oracle-correct reference was timed)" if primary_fails else "")
                         + (f"; instead of {'; '.join(x for x in rejected if not x.startswith(dec.primary + ' '))}"
                            if slot != "baseline" and rejected else ""))
@@ -595,7 +596,10 @@ def _why_rejected(entry: dict[str, Any]) -> str:
         return "unavailable (library not importable)"
     if entry["status"] != "ok":
         return "failed to run"
-    rel = entry["parity"].get("rel_fro")
+    par = entry["parity"]
+    if par.get("sampled_failed"):
+        return f"fails the fp32 oracle on {par['sampled_failed']} of {par.get('sampled_checked')} sampled timed calls"
+    rel = par.get("rel_fro")
     return "fails the fp32 oracle" + (f" (rel_fro {rel:.3g})" if isinstance(rel, (int, float)) else "")
 
 

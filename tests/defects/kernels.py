@@ -70,6 +70,25 @@ def build_baseline_wrong(shape: dict, config: dict, device: str) -> KernelLaunch
     return KernelLaunch(name="torch_mm_wrong", run=run, expect_kernels=base.expect_kernels, describe=base.describe)
 
 
+def build_baseline_off_when_timed(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """A vendor path right on its isolated calls but one element off on every timed call (numerics
+    that cross the tolerance on some content, like an fp8 accumulator over a long K)."""
+    import sys
+
+    base = build_baseline(shape, config, device)
+
+    def run(p, out):
+        base.run(p, out)
+        f = sys._getframe()
+        while f is not None and f.f_code.co_name != "interleave":
+            f = f.f_back
+        if f is not None:
+            out.view(-1)[0] += 100.0
+        return out
+
+    return KernelLaunch(name="torch_mm", run=run, expect_kernels=base.expect_kernels, describe=base.describe)
+
+
 def build_baseline_unsupported(shape: dict, config: dict, device: str) -> KernelLaunch:
     raise UnsupportedShape(f"this baseline refuses M={shape['M']} (like cuBLAS block-wise at M=1)")
 
