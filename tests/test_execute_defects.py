@@ -268,3 +268,14 @@ def test_integrity_failure_keeps_the_timings_but_claims_no_speedup(kb):
     assert rec["verdict"] == "error" and rec["speedup"] is None
     assert rec["timing"]["versus"].startswith("none: slot integrity failed")
     assert rec["timing"]["port_ms"]["samples"] == 6  # 5 rounds, rounded up to whole blocks of 3 slots
+
+
+def test_fork_isolation_is_refused_on_a_gpu_backend(kb):
+    """Children forked from the zygote failed every CUDA call on the H200: a GPU run asks for spawn."""
+    from skillrun.errors import UsageError
+    from skillrun.execute.backends import CudaBackend, DeviceFacts
+
+    index, out = kb
+    fake_gpu = CudaBackend(DeviceFacts(kind="cuda", name="fake H200", arch="sm_90"))
+    with pytest.raises(UsageError, match="cannot initialize CUDA"):
+        run_skill(index, "defect_ok", [SHAPE], backend=fake_gpu, validation_root=out, isolation="fork")

@@ -126,6 +126,11 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         return {"card": {"id": card.id}, "kernel": item.kernel, "shape": item.shape, "verdict": "skipped",
                 "reason": f"not executable: {why}", "artifact": None}
     be = backend if isinstance(backend, Backend) else make_backend(backend)
+    if be.gpu and opts.isolation == "fork":
+        # Measured on the H200 (8385f6d): every child forked from the zygote failed its first CUDA call
+        # with "initialization error", so a GPU run is refused up front instead of erroring row by row.
+        raise UsageError("isolation=fork is for the CPU backend: children forked from the zygote cannot initialize "
+                         "CUDA", field="isolation", hint="leave isolation unset (spawn on GPUs) or pass spawn")
     ctx = _Ctx(card=card, item=item, be=be, opts=opts, profile_source=profile_source)
     rec = _base_record(ctx)
     try:
