@@ -173,3 +173,14 @@ def test_a_reference_wrong_on_some_timed_calls_fails_the_oracle_but_stays_compar
     summary["sampled"]["baseline"] = {**wrong, "handover_failed": 1}
     gates = {n: s["integrity"] for n, s in referee.fold(res, task(), summary)["slots"].items()}
     assert not gates["port"]["passed"] and not gates["baseline"]["passed"]
+
+
+def test_a_session_cannot_make_the_referee_hold_more_sets_than_it_may_use(served):
+    t = task()
+    t["timing"]["max_sets"] = 3
+    ref, client = served(t)
+    for j in range(3):
+        client.new_set(j)
+    with pytest.raises(referee.RefereeError):
+        client.new_set(3)
+    assert len(ref.master) == 3 and "beyond the session's 3" in ref.summary()["problems"][0]

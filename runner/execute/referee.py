@@ -180,6 +180,9 @@ class Referee:
         tcfg = task.get("timing") or {}
         self.rounds = max(1, int(tcfg.get("rounds", 100)))
         self.k_target = max(1, min(int(tcfg.get("check_timed", 16)), self.rounds))
+        # The session makes at most max_sets input sets (timing.rotation_sets); the referee holds a copy
+        # of each, so a session asking for more is refused before it can fill this process's memory.
+        self.max_sets = max(2, int(tcfg.get("max_sets", 32)))
         self.rng = random.SystemRandom()
         self.master: list[dict] = []
         self.oracles: dict[int, Any] = {}
@@ -272,8 +275,10 @@ class Referee:
         return self.master[j]
 
     def _new_set(self, j: int) -> int:
-        if j != len(self.master) or j >= 4096:
+        if j != len(self.master):
             raise ValueError(f"input set {j} asked for out of order")
+        if j >= self.max_sets:
+            raise ValueError(f"input set {j} asked for, beyond the session's {self.max_sets}")
         seed = self.rng.randrange(1, 2**62)
         self.master.append(self.problem.make_inputs(dict(self.shape), seed, self.device))
         if j == 0:
