@@ -143,16 +143,17 @@ def test_workload_runs_its_layer_as_one_op_the_profiler_records_with_its_shape(b
 def test_skip_current_leaves_out_only_shapes_the_sustained_engine_measured_on_this_device(bench_path):
     """Repeated device calls of validate_recipes --skip-current work through a card's shapes: the five
     block-scale prefill shapes measured at 0d3d55c (sustained engine) are done on an H200; a decode
-    shape whose artifact is from the position-biased engine is still to run; nothing is done for an
-    H100 (another device class)."""
+    shape with no artifact and a row-wise shape whose artifact is from the position-biased engine are
+    still to run; nothing is done for an H100 (another device class)."""
     import validate_recipes
 
     index = api.load_index()
     card = "triton_fp8_blockscale_gemm_sm90"
-    todo = [(card, "4096,65536,1536"), (card, "8192,8192,8192"), (card, "64,7168,2048")]
+    biased = ("triton_fp8_rowwise_batched_gemm_sm90", "batch=16,M=128,N=8192,K=1024")  # 20261129T093848Z only
+    todo = [(card, "4096,65536,1536"), (card, "8192,8192,8192"), (card, "16,2048,7168"), biased]
     left, done = validate_recipes.pending(index, todo, device_name="NVIDIA H200")
     assert [d["shape"] for d in done] == ["4096,65536,1536", "8192,8192,8192"]
     assert all(d["verdict"] == "already measured" and "20261202T0" in d["artifact"] for d in done)
-    assert left == [(card, "64,7168,2048")]
+    assert left == [(card, "16,2048,7168"), biased]
     left, done = validate_recipes.pending(index, todo, device_name="NVIDIA H100 80GB HBM3")
     assert not done and left == todo

@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "validation" / "triton_fp8_blockscale_gemm_sm90"
 HELD = sorted(FOLDER.glob("20261202T01*_gpu_measured.yaml"))  # held engine (3ea3446), superseded since
 SUSTAINED = sorted(FOLDER.glob("20261202T03*_gpu_measured.yaml")) + sorted(FOLDER.glob("20261202T04*_gpu_measured.yaml"))
+# the decode shapes measured through the session referee (9e50fc8, 8385f6d), same sustained engine
+REFEREED = sorted(FOLDER.glob("20261202T06*_gpu_measured.yaml")) + sorted(FOLDER.glob("20261202T07*_gpu_measured.yaml"))
 OLD = FOLDER / "20261129T092558Z_prefill_k_light_M16384xN7168xK768_gpu_measured.yaml"
 
 
@@ -126,7 +128,9 @@ def test_report_cli_shows_samples_for_one_artifact_or_with_the_flag():
     shown = re.findall(r"raw samples: (\S+)", flagged.stdout)
     # every current artifact of the folder with raw samples, and none of the older ones without
     assert shown and all("raw_samples" in (REPO / p).read_text() for p in shown)
-    # the current ones are the sustained engine's (0d3d55c): the held runs they superseded are not shown
-    assert {Path(p).name for p in shown} == {p.name for p in SUSTAINED} and len(SUSTAINED) == 5
+    # the current ones are the sustained engine's (0d3d55c, and the decode shapes since): the held runs
+    # they superseded are not shown
+    assert {Path(p).name for p in shown} == {p.name for p in SUSTAINED + REFEREED}
+    assert len(SUSTAINED) == 5 and len(REFEREED) == 6
     old = _cli("report", str(OLD.relative_to(REPO)))
     assert old.returncode == 0 and "raw samples: " not in old.stdout
