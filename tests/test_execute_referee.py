@@ -184,3 +184,22 @@ def test_a_session_cannot_make_the_referee_hold_more_sets_than_it_may_use(served
     with pytest.raises(referee.RefereeError):
         client.new_set(3)
     assert len(ref.master) == 3 and "beyond the session's 3" in ref.summary()["problems"][0]
+
+
+def test_the_oracle_is_real_fp32_and_the_callers_settings_are_put_back(served):
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # a user's process that allows TF32
+    try:
+        seen = []
+        ref, client = served()
+        real = ref.problem.oracle
+
+        def spy(inputs):
+            seen.append(torch.backends.cuda.matmul.allow_tf32)
+            return real(inputs)
+
+        ref.problem = type("P", (), {"oracle": staticmethod(spy), "make_inputs": staticmethod(toy.make_inputs)})
+        client.new_set(0)
+        assert seen == [False] and torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -160,12 +160,8 @@ class Referee:
     """Serves one session (see the module doc); ``summary()`` once the session's child has ended."""
 
     def __init__(self, task: dict, folder: str | Path) -> None:
-        import torch
+        import torch  # noqa: F401  (the referee computes oracles: the parent imports torch only now)
 
-        # The oracle is real fp32 (not TF32), as in the judge child: whatever this process set before.
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
         self.task, self.folder = task, Path(folder)
         self.handover = self.folder / "handover"
         self.handover.mkdir()
@@ -297,7 +293,8 @@ class Referee:
 
     def _oracle(self, j: int) -> Any:
         if j not in self.oracles:
-            ref = self.problem.oracle(self._set(j)).float()
+            with _real_fp32():
+                ref = self.problem.oracle(self._set(j)).float()
             why = parity.degenerate(ref)
             if why:
                 self.input_error = (f"test input rejected: {self.task['problem']}.make_inputs(shape={self.shape}) gives a "
@@ -377,6 +374,24 @@ class Referee:
         return {"sampled": self.sampled, "timed_rounds": self.timed, "checked_rounds": self.checked,
                 "refreshes": self.refreshes, "post": self.post, "problems": list(self.problems),
                 "input_error": self.input_error, "done": self.done}
+
+
+class _real_fp32:
+    """The oracle in real fp32 on a GPU (TF32 off), as in the judge child; this process's own settings (it
+    may be a user's, calling the API) are put back afterwards. Only the two TF32 switches are touched:
+    reading the matmul precision after they were set raises on torch >= 2.9 (mixed legacy and new APIs)."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
 
 
 class _Refused(Exception):
