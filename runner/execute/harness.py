@@ -126,7 +126,7 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         return {"card": {"id": card.id}, "kernel": item.kernel, "shape": item.shape, "verdict": "skipped",
                 "reason": f"not executable: {why}", "artifact": None}
     be = backend if isinstance(backend, Backend) else make_backend(backend)
-    if be.gpu and opts.isolation == "fork":
+    if opts.isolation == "fork" and str(be.torch_device).startswith("cuda"):
         # Measured on the H200 (8385f6d): every child forked from the zygote failed its first CUDA call
         # with "initialization error", so a GPU run is refused up front instead of erroring row by row.
         raise UsageError("isolation=fork is for the CPU backend: children forked from the zygote cannot initialize "
