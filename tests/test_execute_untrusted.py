@@ -16,9 +16,9 @@ import torch
 from defects.kb import card, make_defect_kb
 from defects.problem import make_inputs
 from skillrun.execute import run_skill
-from skillrun.execute.input_sets import DegenerateInput, InputSets
+from skillrun.execute.input_sets import InputSets
 from skillrun.execute.integrity import changed, digests
-from skillrun.execute.parity import degenerate
+from skillrun.execute.parity import DegenerateInput, degenerate
 from skillrun.execute.proxy import generic_proxy
 from skillrun.execute.timing import WallTimer, interleave
 from skillrun.kb.index import SkillIndex
@@ -394,13 +394,13 @@ def test_input_sets_refresh_content_keep_copies_equal_and_rebuild_a_mutated_copy
     assert sets.check("baseline", 0, "again") == [] and sets.check("port", 0, "x") == []
 
 
-def test_input_sets_reject_a_degenerate_oracle():
+def test_a_degenerate_oracle_rejects_the_problems_inputs():
     import defects.problem_zero as zero
 
-    sets = InputSets(zero, "defects.problem_zero", SHAPE, "cpu", {"p": KernelLaunch(name="p", run=lambda p, o: o)}, 1,
-                     random.Random(1))
+    from skillrun.execute.parity import oracle_of
+
     with pytest.raises(DegenerateInput, match="all zeros"):
-        sets.oracle(0)
+        oracle_of(zero, "defects.problem_zero", SHAPE, zero.make_inputs(SHAPE, 1, "cpu"), seed=1)
 
 
 def test_block_refresh_keeps_row_aligned_inputs_from_one_sample():

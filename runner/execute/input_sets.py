@@ -18,7 +18,7 @@ A port is untrusted code, so the operands it is timed on are built to defeat thr
   after it was written and again after the slot's call; a changed checksum fails that slot, the
   copy is rebuilt from the master, and no other slot ever read the changed bytes.
 * **a degenerate oracle**: an all-zero, constant or non-finite oracle rejects the problem's input
-  generation (DegenerateInput); in the timed session the referee decides that, from its own copy.
+  generation (parity.oracle_of); in the timed session the referee decides that, from its own copy.
 
 Rewriting every copy and re-running each slot's ``prepare`` costs time; it happens between rounds,
 outside every measured interval (timing.interleave's ``after_round``).
@@ -28,8 +28,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from skillrun.execute import integrity, operands, parity
-from skillrun.execute.parity import DegenerateInput
+from skillrun.execute import integrity, operands
 from skillrun.execute.referee import LocalSource, apply_refresh
 
 
@@ -46,7 +45,6 @@ class InputSets:
         self.copies: dict[str, list[dict]] = {n: [] for n in launches}
         self.prepared: dict[str, list[Any]] = {n: [] for n in launches}
         self.before: dict[str, list[dict]] = {n: [] for n in launches}
-        self._oracle: list[Any] = []
         self.checks = {n: 0 for n in launches}  # checksum comparisons made around each slot's calls
         self.mutations: dict[str, list[str]] = {n: [] for n in launches}
         # A reference's copy that changed although the reference, run again alone, leaves it intact was
@@ -73,7 +71,6 @@ class InputSets:
     def add_set(self) -> int:
         j = len(self.master)
         self.master.append(self._fresh(self.source.new_set(j)))
-        self._oracle.append(None)
         for n in self.launches:
             copy = _clone(self.master[j])
             self.copies[n].append(copy)
@@ -84,17 +81,6 @@ class InputSets:
     @property
     def n_sets(self) -> int:
         return len(self.master)
-
-    def oracle(self, j: int) -> Any:
-        """The fp32 oracle of set j's current content, from the master; rejects degenerate content."""
-        if self._oracle[j] is None:
-            ref = self.problem.oracle(self.master[j]).float()
-            why = parity.degenerate(ref)
-            if why:
-                raise DegenerateInput(f"test input rejected: {self.problem_name}.make_inputs(shape={self.shape}) gives a "
-                                      f"degenerate test ({why}); every candidate could agree with it: fix the problem's input generation")
-            self._oracle[j] = ref
-        return self._oracle[j]
 
     # -- the checks around a slot's calls -------------------------------------------------------
 
@@ -128,7 +114,6 @@ class InputSets:
         fresh = self._fresh(plan["seed"])
         apply_refresh(m, fresh, plan)
         del fresh
-        self._oracle[j] = None
         self.refreshes += 1
         for n in self.launches:
             self._write(n, j)

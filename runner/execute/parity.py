@@ -89,6 +89,18 @@ def compare(out: Any, ref: Any, tol: dict[str, float]) -> dict[str, Any]:
     return res
 
 
+def oracle_of(problem: Any, problem_name: str, shape: dict, inputs: dict, seed: int | None = None) -> Any:
+    """The problem's fp32 oracle of ``inputs``; DegenerateInput (naming the problem, shape and seed)
+    when it cannot serve as a test (see :func:`degenerate`)."""
+    ref = problem.oracle(inputs).float()
+    why = degenerate(ref)
+    if why:
+        at = f"shape={shape}" + (f", seed={seed}" if seed is not None else "")
+        raise DegenerateInput(f"test input rejected: {problem_name}.make_inputs({at}) gives a degenerate test ({why}); "
+                              "every candidate could agree with it: fix the problem's input generation")
+    return ref
+
+
 def degenerate(ref: Any) -> str | None:
     """Why an oracle output cannot serve as a test (None when it can).
 
