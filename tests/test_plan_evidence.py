@@ -109,7 +109,6 @@ def test_measurements_say_which_timing_engine_took_them(demo):
     assert old.engine == "position_biased" and held.engine == "held" and new.engine == "sustained"
     index, a = demo
     # A plan that can only quote the position-biased run says so (the evidence index told to see only it).
-    from skillrun.models import PlanItem
     from skillrun.plan import _quote_evidence
 
     ev = build_index(index)

@@ -649,14 +649,13 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             why = "its time is below the physical floor (measurement error)"
         elif median is None and status == "ok":
             why = "not timed"
-        # Wrong on some sampled timed calls (the referee's checks, referee.fold): it fails the oracle too.
-        sampled = ((gates.get(slot) or {}).get("sampled_timed_outputs") or {}) if status == "ok" else {}
-        sampled_failed = int(sampled.get("failed") or 0)
-        rows.append((slot, r, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
-                                         parity_passed=(bool((r.get("parity") or {}).get("passed")) and not sampled_failed)
-                                         if status == "ok" else None,
-                                         median_ms=median, comparable=why is None, why_not_comparable=why,
-                                         error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
+        # Its isolated seeds and the referee's sampled timed calls (referee.fold): one summary, read by the
+        # verdict and shown in the entry.
+        par = _parity_summary(r.get("parity") or {}, gates.get(slot)) if status == "ok" else {"passed": False}
+        rows.append((slot, r, par, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
+                                              parity_passed=par["passed"] if status == "ok" else None,
+                                              median_ms=median, comparable=why is None, why_not_comparable=why,
+                                              error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
     p_ok = port["status"] == "ok"
     pout = PortOutcome(status=port["status"] if port["status"] in ("ok", "unsupported") else "error",
                        parity_passed=bool((port.get("parity") or {}).get("passed")) if p_ok else None,
@@ -664,14 +663,14 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
                        problem=problem, problem_verdict=problem_verdict,
                        error=None if p_ok else (port.get("parity") or {}).get("error"))
     timer = (rec.get("timing") or {}).get("method")
-    dec = decide(pout, [o for _, _, o in rows], noise_pct, gpu=ctx.be.gpu, timer=timer)
+    dec = decide(pout, [o for _, _, _, o in rows], noise_pct, gpu=ctx.be.gpu, timer=timer)
     entries = []
-    for slot, r, o in rows:
+    for slot, r, par, o in rows:
         sp = dec.speeds[o.name]
         entries.append({
             "name": o.name, "role": o.role, "production": o.production, "kernel": r.get("ref"), "slot": slot,
             "status": o.status, "error": (str(o.error)[:1000] if o.error else None) if o.status != "ok" else None,
-            "parity": _parity_summary(r.get("parity") or {}, gates.get(slot)) if o.status == "ok" else {"passed": False},
+            "parity": par,
             "median_ms": round(o.median_ms, 6) if o.median_ms is not None else None,
             "speedup": sp.speedup, "noise_pct": round(noise_pct, 3) if noise_pct is not None and sp.speedup is not None else None,
             "speed": sp.speed,
