@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # The lent H200's Triton: CPU interpreter tests and sm_90 compile checks must see the compiler the
 # measurements were taken with (a newer Triton changes what ptxas is given).
 TRITON ?= triton==3.6.0
-EXAMPLE := runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
+EXAMPLE := runner/skillrun/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 # `setup` installs the newest FlyDSL the package accepts; the oldest supported release gets its own
 # small venv that holds only flydsl and borrows everything else from $(VENV).
 FLYDSL_OLDEST_VERSION ?= 0.4.2

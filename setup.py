@@ -1,13 +1,7 @@
-"""Package list for the fixed layout: runner/ -> skillrun, kernels/ -> skillrun_kernels.
-
-pyproject's `packages.find` cannot prefix the names it finds, and the layout maps folders onto
-other import names, so the list is computed here (everything else lives in pyproject.toml).
+"""The package list: pyproject's `packages.find` takes one root, and ours are two (runner/, kernels/)
+plus the knowledge base's data package, so the list is computed here; everything else is in
+pyproject.toml. Each package sits in a folder of its own name (runner/skillrun, kernels/skillrun_kernels).
 """
 from setuptools import find_packages, setup
 
-
-def _mapped(folder: str, name: str) -> list[str]:
-    return [name] + [f"{name}.{p}" for p in find_packages(folder)]
-
-
-setup(packages=_mapped("runner", "skillrun") + _mapped("kernels", "skillrun_kernels") + ["skillrun_kb"])
+setup(packages=find_packages("runner") + find_packages("kernels") + ["skillrun_kb"])

@@ -1,7 +1,8 @@
 # Source this on the lent GPU machine (device tool), from the repository root:
 #   source .ci/device-env.sh
-# It makes `skillrun` / `skillrun_kernels` importable without installing (no network there):
-# the fixed layout maps runner/ and kernels/ onto those names, so we expose them through links.
+# It makes `skillrun` / `skillrun_kernels` importable without installing (no network there): each
+# package sits in a folder of its own name (runner/skillrun, kernels/skillrun_kernels), so the two
+# parent folders go on PYTHONPATH.
 # Wheels for packages the image lacks travel in .whl/ (carry it) and go to /tmp/site. Fetch them here
 # (ignored by git) for the image's Python 3.12 (it has attrs, typer, rich, pyyaml, numpy already):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -15,11 +16,7 @@
 # Without the mslk wheel the MSLK references are recorded `unavailable`, never replaced.
 set -e
 _root="$(pwd)"
-mkdir -p /tmp/shim
-ln -sfn "$_root/runner" /tmp/shim/skillrun
-ln -sfn "$_root/kernels" /tmp/shim/skillrun_kernels
-ln -sfn "$_root" /tmp/shim/skillrun_kb
-export PYTHONPATH="/tmp/shim${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$_root/runner:$_root/kernels${PYTHONPATH:+:$PYTHONPATH}"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/site"

@@ -19,7 +19,7 @@ each round held on the device until it is queued, slot positions balanced); the 
 worker processes) and uses the fastest oracle-correct one; every config's result is kept in the
 JSON (this is the ablation data the card and NOTES.md quote). ``FP8BS_GRID=run2`` selects the
 second, narrower prefill grid (after the store fix); results of both H200 runs are in
-``benchmarks/results/`` and summarised in ``kernels/fp8_blockscale_gemm/NOTES.md``.
+``benchmarks/results/`` and summarised in ``kernels/skillrun_kernels/fp8_blockscale_gemm/NOTES.md``.
 Gluon (``gluon_sm90.py``, warp-specialized): slot ``gluon`` beside the Triton ``port`` in every
 table row, with ``--gluon-config`` (JSON, default the design point). ``--gluon-ablations`` adds, on
 shapes with M > 256, a second interleaved group of every ``gluon_sm90.ABLATIONS`` variant and

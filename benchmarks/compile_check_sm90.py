@@ -1,7 +1,7 @@
 """Compile-only check of every card's sm_90 Triton/Gluon recipes on a machine without a GPU.
 
 For each recipe of each card whose backend is Triton or Gluon and whose gens include sm_90, calls
-its port module's ``compile_only(shape, config, arch)`` (kernels/protocol.py) and reports, per
+its port module's ``compile_only(shape, config, arch)`` (kernels/skillrun_kernels/protocol.py) and reports, per
 launched GEMM kernel, shared memory (and whether it fits sm_90's 227 KB per block), registers and
 spills (Triton's bundled ptxas -v), wgmma vs mma.sync, and ptxas's wgmma-serialisation verdict.
 It catches recipes that cannot compile, cannot launch or spill before device time is spent.
@@ -12,7 +12,7 @@ Compile-only facts: they say nothing about speed. A new card or port is picked u
     python benchmarks/compile_check_sm90.py --kernel skillrun_kernels.fp8_rowwise_batched_gemm.triton_sm90_splitk \\
         --shape '{"batch": 16, "M": 16, "N": 1280, "K": 8192}' --config '{"BLOCK_K": 128}' --config '{"num_stages": 5}'
     python benchmarks/compile_check_sm90.py --kernel skillrun_kernels.fp8_blockscale_gemm.gluon_sm90 \\
-        --out kernels/fp8_blockscale_gemm/results/gluon_sm90_<commit>_compile_only.json
+        --out kernels/skillrun_kernels/fp8_blockscale_gemm/results/gluon_sm90_<commit>_compile_only.json
 
 ``--kernel`` compiles one port module outside any card (a sweep's candidates, a port before its
 card): each ``--config`` at ``--shape``, or, without ``--config``, the module's ``ABLATIONS``
@@ -69,7 +69,7 @@ def run(job: dict) -> list[dict]:
     try:
         mod = importlib.import_module(job["module"])
         if not callable(getattr(mod, "compile_only", None)):
-            raise TypeError(f"{job['module']} has no compile_only(shape, config, arch) (kernels/protocol.py)")
+            raise TypeError(f"{job['module']} has no compile_only(shape, config, arch) (kernels/skillrun_kernels/protocol.py)")
         from skillrun_kernels._triton.compile import port_facts
 
         facts = port_facts(mod, job["shape"], job["config"], ARCH)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build DeepGEMM's extension (deep_gemm._C) on the lent H200, from a source copy carried with the
 # tree (no internet there), so that the block-scale card's `deepgemm` production reference loads
-# (kernels/_deepgemm.py). Why from source: the sgl-deep-gemm 0.2.5 wheel does not load against the
+# (kernels/skillrun_kernels/_deepgemm.py). Why from source: the sgl-deep-gemm 0.2.5 wheel does not load against the
 # image's torch 2.11 (undefined c10::cuda::CUDAErrorLogCapture) and ships no C++ to rebuild.
 #
 # Needs .deps/deepgemm-src.tar.gz (2.7 MB: DeepGEMM 54e2261 csrc/ deep_gemm/ scripts/generate_pyi.py

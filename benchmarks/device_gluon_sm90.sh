@@ -1,5 +1,5 @@
 #!/bin/bash
-# The Gluon block-scale kernel (kernels/fp8_blockscale_gemm/gluon_sm90.py) on the lent H200, first time
+# The Gluon block-scale kernel (kernels/skillrun_kernels/fp8_blockscale_gemm/gluon_sm90.py) on the lent H200, first time
 # on a GPU. Stages (STAGES, default all, in this order; each has its own time limit, 590 s in all):
 #   smoke   one small ragged shape and M=1 through the benchmark (120 s): compiles every variant on the
 #           device and checks parity. Every variant is first probed by the launch watchdog

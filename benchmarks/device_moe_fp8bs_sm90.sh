@@ -9,7 +9,7 @@
 #   3. the card's recipe shapes (tests.selects, untuned included) through the runner with timing,
 #      one shape per recipe first (benchmarks/validate_recipes.py --recipes-first), in what is left of
 #      the budget minus the e2e reserve -> $OUT/validate.json and the artifacts (in the archive below)
-#   4. `skill-run e2e` on the same workload with the card's route (kernels/fp8_blockscale_moe/route.py)
+#   4. `skill-run e2e` on the same workload with the card's route (kernels/skillrun_kernels/fp8_blockscale_moe/route.py)
 #      and step 2's plan cut to this card's items (benchmarks/plan_filter.py) -> $OUT/e2e.json
 #   Every artifact written (validation/…) and the e2e plan -> $OUT/moe_fp8bs_evidence.tgz (the device
 #   tool returns at most 8 files: log, trace, analysis.txt/.json, validate.json, e2e.json, the archive)
@@ -30,7 +30,7 @@ E2E_N=${E2E_N:-2}
 E2E_RESERVE_S=${E2E_RESERVE_S:-120}
 CARD=triton_moe_fp8_blockscale_sm90
 WORKLOAD=benchmarks/workloads/fp8_blockscale_moe_workload.py
-ROUTE=kernels/fp8_blockscale_moe/route.py
+ROUTE=kernels/skillrun_kernels/fp8_blockscale_moe/route.py
 # the workload's two shapes, named (the dense card's trace-read shapes are left alone)
 SHAPES=(--shape tokens=16,model_dim=7168,inter_dim=2048,experts=256,topk=8
         --shape tokens=4096,model_dim=7168,inter_dim=2048,experts=256,topk=8)

@@ -21,12 +21,12 @@
 set -o pipefail
 source .ci/device-env.sh
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" runner/examples
+mkdir -p "$OUT" runner/skillrun/examples
 STAGES=${STAGES:-"1 2 3 4"}
 ROUNDS=${ROUNDS:-40}
 GRAPH=${GRAPH:---cuda-graph}  # CUDA-graph replay for every slot (falls back to eager for all if one cannot be captured)
 LOG="$OUT/device_validate.log"
-EXAMPLE=runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
+EXAMPLE=runner/skillrun/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; echo "rc=$?" | tee -a "$LOG"; }
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
@@ -43,7 +43,7 @@ for s in $STAGES; do
        python3 benchmarks/workloads/fp8_rowwise_batched_workload.py
      run timeout 200 python3 -m skillrun --profile "$OUT/rowwise_baseline.trace.json.gz" --run --rounds "$ROUNDS" $GRAPH --top 8 \
        --shape batch=16,M=1,N=1280,K=8192 --shape batch=16,M=128,N=1280,K=8192 --shape batch=16,M=4096,N=8192,K=1024
-     run timeout 200 python3 -m skillrun --profile kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
+     run timeout 200 python3 -m skillrun --profile kernels/skillrun_kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz \
        --run --rounds "$ROUNDS" $GRAPH --top 8 --shape tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 \
        --shape tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32 ;;
   4r) run timeout 50 python3 -m skillrun.profiling.run --out "$OUT/rowwise_baseline.trace.json.gz" --steps 2:4 -- \
@@ -69,5 +69,5 @@ for s in $STAGES; do
        --rounds "$ROUNDS" $GRAPH ;;
   esac
 done
-tar czf "$OUT/evidence.tgz" validation runner/examples "$OUT"/*.trace.json.gz 2>/dev/null
+tar czf "$OUT/evidence.tgz" validation runner/skillrun/examples "$OUT"/*.trace.json.gz 2>/dev/null
 ls -la "$OUT" >> "$LOG"

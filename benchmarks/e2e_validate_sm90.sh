@@ -15,8 +15,8 @@ mkdir -p "$OUT"
 STAGES=${STAGES:-"bs"}
 N=${N:-5}
 LOG="$OUT/e2e_validate.log"
-BS_TRACE=runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
-MOE_TRACE=kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz
+BS_TRACE=runner/skillrun/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz
+MOE_TRACE=kernels/skillrun_kernels/moe_a16wi4/traces/h200_dequant_grouped_bf16_baseline.trace.json.gz
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; echo "rc=$?" | tee -a "$LOG"; }
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv

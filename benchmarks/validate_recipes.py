@@ -55,7 +55,7 @@ def plan_items(index, todo: list[tuple[str, str]]):
     from skillrun.execute.backends import make_backend
     from skillrun.execute.harness import plan_item_for
     from skillrun.kb.cards import problem_keys
-    from skillrun.select import parse_shape
+    from skillrun.plan.select import parse_shape
 
     be = make_backend(None)
     for card, shape in todo:

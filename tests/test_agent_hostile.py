@@ -16,7 +16,7 @@ from skillrun.agent.safety import PathGuard
 from skillrun.agent.tools import AgentTools, tool_specs
 from skillrun.errors import UsageError
 from skillrun.kb.index import SkillIndex
-from skillrun.redact import REDACTED, scrub_text
+from skillrun.io.redact import REDACTED, scrub_text
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ from skillrun import api
 from skillrun.agent import build_tools
 from skillrun.agent.results import fit
 from skillrun.kb.index import SkillIndex
-from skillrun.validation import write_artifact
+from skillrun.evidence.validation import write_artifact
 
 pytest.importorskip("langchain_core")
 

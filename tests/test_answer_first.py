@@ -10,11 +10,11 @@ from pathlib import Path
 from rich.text import Text
 
 from skillrun.models import Plan, PlanItem
-from skillrun.plan import answer_line, item_lines
-from skillrun.report import results_answer
+from skillrun.plan.planner import answer_line, item_lines
+from skillrun.output.report import results_answer
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

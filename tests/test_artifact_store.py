@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from skillrun import artifact_store as store
+from skillrun.evidence import store
 from skillrun.errors import InputError, SkillRunError
 
 
@@ -39,7 +39,7 @@ def test_a_reserved_name_is_claimed_at_once_and_filled_later(tmp_path):
 
 
 def test_no_record_goes_through_a_symlinked_card_folder(tmp_path):
-    from skillrun.tuning_artifact import reserve_path
+    from skillrun.evidence.tuning_artifact import reserve_path
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -59,8 +59,8 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 
 def test_reading_is_bounded_for_every_kind(tmp_path):
-    from skillrun.tuning_artifact import load_tuning_artifact
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.tuning_artifact import load_tuning_artifact
+    from skillrun.evidence.validation import load_artifact
 
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BOMB)

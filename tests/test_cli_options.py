@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 CK_TRACE = REPO / "tests" / "fixtures" / "kineto_gfx950_ck_blockscale.synthetic.json"
 
 
@@ -258,7 +258,7 @@ def test_a_file_name_with_markup_is_shown_not_parsed(tmp_path):
 def test_termtext_safe_escapes_controls_and_markup():
     from rich.console import Console
 
-    from skillrun.termtext import plain, safe
+    from skillrun.io.termtext import plain, safe
 
     assert plain("a\x1b[31mb") == "a\\x1b[31mb"
     assert plain("tab\tkept") == "tab\tkept"

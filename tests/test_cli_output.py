@@ -16,7 +16,7 @@ from conftest import traces_dir
 REPO = Path(__file__).resolve().parents[1]
 TRACES = traces_dir() or Path("/nonexistent")
 needs_traces = pytest.mark.skipif(traces_dir() is None, reason="../shared/traces is not present (set SKILLRUN_TRACES)")
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 ROCPROF = REPO / "tests" / "fixtures" / "rocprofv3_mi350x_subset.real.json.gz"
 MI300 = TRACES / "pytorch_kineto" / "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz"
 
@@ -111,7 +111,7 @@ def test_match_plan_list_report_formats():
 
 
 def test_csv_neutralises_spreadsheet_formulas():
-    from skillrun.tabular import write
+    from skillrun.output.tabular import write
 
     buf = io.StringIO()
     write(["kernel", "pct"], [{"kernel": "=HYPERLINK(\"x\")", "pct": -1.5}, {"kernel": "a,b\"c", "pct": None}], "csv", buf)

@@ -14,7 +14,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CK_TRACE = REPO / "tests" / "fixtures" / "kineto_gfx950_ck_blockscale.synthetic.json"
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 
 
 def skill_run(*args: str, kb: Path | None = None) -> subprocess.CompletedProcess:
@@ -100,7 +100,7 @@ def test_run_on_cpu_writes_cpu_numerics_evidence_and_says_no_gpu_timing(tmp_path
     assert rec["mode"] == "cpu_numerics" and rec["verdict"] == "cpu_numerics_passed"
     assert "no GPU timing" in rec["reason"] and rec["speedup"] is None
     assert rec["parity"]["port"]["passed"] and rec["proxy_shape"] != rec["shape"]
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.validation import load_artifact
 
     load_artifact(arts[0])  # schema-valid
 

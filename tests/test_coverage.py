@@ -8,13 +8,13 @@ import pytest
 from conftest import traces_dir
 
 from skillrun import api
-from skillrun.coverage import coverage_lines
-from skillrun.plan import plan_lines
+from skillrun.analysis.coverage import coverage_lines
+from skillrun.plan.planner import plan_lines
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = traces_dir() or Path("/nonexistent")
 needs_traces = pytest.mark.skipif(traces_dir() is None, reason="../shared/traces is not present (set SKILLRUN_TRACES)")
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 MI300 = TRACES / "pytorch_kineto" / "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz"
 MI350 = TRACES / "rocprofv3" / "amd_mi350x_rocprofv3_kernel_trace_results.json.gz"
 

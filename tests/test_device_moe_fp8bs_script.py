@@ -38,7 +38,7 @@ def test_script_parses_and_names_what_exists():
     res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     text = script.read_text()
-    for path in ("benchmarks/workloads/fp8_blockscale_moe_workload.py", "kernels/fp8_blockscale_moe/route.py",
+    for path in ("benchmarks/workloads/fp8_blockscale_moe_workload.py", "kernels/skillrun_kernels/fp8_blockscale_moe/route.py",
                  "benchmarks/validate_recipes.py", "benchmarks/plan_filter.py", ".ci/device-env.sh"):
         assert path in text and (ROOT / path).exists(), path
     assert "BUDGET_S" in text and "timeout" in text
@@ -90,7 +90,7 @@ def test_plan_filter_says_when_the_trace_gave_no_item(bench_path, tmp_path, caps
     import plan_filter
 
     src = tmp_path / "analysis.json"
-    src.write_text(json.dumps(_analysis_json(ROOT / "runner/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz")))
+    src.write_text(json.dumps(_analysis_json(ROOT / "runner/skillrun/examples/h200_fp8_blockscale_scaled_mm.pt.trace.json.gz")))
     out = tmp_path / "plan_moe.json"
     assert plan_filter.main([str(src), "--card", CARD, "--out", str(out)]) == 4
     assert not out.exists() and "no runnable item" in capsys.readouterr().out
@@ -110,7 +110,7 @@ def test_workload_runs_its_layer_as_one_op_the_profiler_records_with_its_shape(b
         import fp8_blockscale_moe_workload as wl
     finally:
         sys.path.remove(str(BENCH / "workloads"))
-    from skillrun.shapes import op_shape
+    from skillrun.ingest.shapes import op_shape
     from skillrun_kernels.fp8_blockscale_moe import problem, references
     from skillrun_kernels.protocol import KernelLaunch
 

@@ -104,7 +104,7 @@ def test_compile_facts_and_artifacts_record_the_flydsl_version(tmp_path):
     assert res.facts["flydsl"] == metadata.version("flydsl")
     # The compile-only artifact carries it in its compile section (and is schema-valid).
     from skillrun.kb.cards import Recipe
-    from skillrun.validation import validate_record
+    from skillrun.evidence.validation import validate_record
 
     idx = api.load_index()
     card = idx.skill("flydsl_fp8_blockscale_gemm")

@@ -17,7 +17,7 @@ from skillrun.profiling import routing as child
 from skillrun.e2e.spec import build_spec
 from skillrun.errors import SkillRunError
 from skillrun.models import Plan, PlanItem
-from skillrun.validation import load_artifact
+from skillrun.evidence.validation import load_artifact
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = str(HERE / "e2e_workloads" / "rowwise_loop.py")
@@ -73,7 +73,7 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     assert back["kind"] == "e2e_validation" and back["measured"]["wall"]["gain_pct"] == w["gain_pct"]
     second = record_mod.write_record(rec, tmp_path)
     assert second != path and path.exists()  # never overwrites
-    from skillrun.report import load_artifacts, report_table
+    from skillrun.output.report import load_artifacts, report_table
 
     rows = load_artifacts([tmp_path])
     assert [r["verdict"] for r in rows] == [rec["verdict"]] * 2  # valid records, not "invalid" rows
@@ -82,8 +82,8 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     # reviewer's report lists each with the measured gain next to the projection.
     from rich.console import Console
 
-    from skillrun.evidence import build_index
-    from skillrun.report import render_html, terminal_report
+    from skillrun.evidence.index import build_index
+    from skillrun.output.report import render_html, terminal_report
 
     ev = build_index(None, [tmp_path], root=tmp_path)
     assert len(ev.e2e) == 2 and not ev.entries
@@ -265,7 +265,7 @@ def test_cli_e2e_needs_exactly_one_plan_source(tmp_path):
 
 def test_a_malformed_e2e_record_is_rejected_by_its_own_schema(index, tmp_path):
     from skillrun.e2e import record as record_mod
-    from skillrun.validation import validate_record
+    from skillrun.evidence.validation import validate_record
 
     with pytest.raises(SkillRunError) as exc:
         validate_record({"kind": "e2e_validation", "schema_version": 1})

@@ -10,11 +10,11 @@ import yaml
 from rich.console import Console
 
 from kbfixture import CARD, make_kb
-from skillrun.artifact_store import kb_relative
-from skillrun.evidence import build_index, summarize
+from skillrun.evidence.store import kb_relative
+from skillrun.evidence.index import build_index, summarize
 from skillrun.kb.index import SkillIndex
-from skillrun.report import render_html, terminal_report
-from skillrun.validation import write_artifact
+from skillrun.output.report import render_html, terminal_report
+from skillrun.evidence.validation import write_artifact
 
 KERNEL_SRC = "def build(**kw):\n    return None\n"
 
@@ -29,8 +29,8 @@ def _card() -> dict:
 @pytest.fixture
 def kb(tmp_path: Path) -> Path:
     root = make_kb(tmp_path / "kb", card=_card())
-    (root / "kernels").mkdir()
-    (root / "kernels" / "toykern.py").write_text(KERNEL_SRC)
+    (root / "kernels" / "skillrun_kernels").mkdir(parents=True)
+    (root / "kernels" / "skillrun_kernels" / "toykern.py").write_text(KERNEL_SRC)
     return root
 
 
@@ -102,16 +102,16 @@ def test_index_labels_current_superseded_and_stale(labelled):
 def test_kernel_edit_makes_a_fresh_artifact_stale(labelled):
     kb, paths = labelled
     assert not build_index(SkillIndex.load(kb)).find(paths["new"]).stale
-    (kb / "kernels" / "toykern.py").write_text(KERNEL_SRC + "# tuned\n")
+    (kb / "kernels" / "skillrun_kernels" / "toykern.py").write_text(KERNEL_SRC + "# tuned\n")
     assert build_index(SkillIndex.load(kb)).find(paths["new"]).stale
 
 
 def test_an_edited_helper_stales_the_artifacts_that_recorded_it_and_not_older_ones(kb: Path):
     """Artifacts with kernel_sources are stale when any module of the kernel's import closure moved,
     with a reason naming it; artifacts from before (kernel_source_sha256 alone) are judged as always."""
-    from skillrun.kernel_sources import kernel_sources
+    from skillrun.evidence.kernel_sources import kernel_sources
 
-    k = kb / "kernels"
+    k = kb / "kernels" / "skillrun_kernels"
     (k / "__init__.py").write_text("")
     (k / "_shared").mkdir()
     (k / "_shared" / "__init__.py").write_text("")
@@ -205,7 +205,7 @@ def test_legacy_baseline_is_production_only_when_the_card_says_so():
 
 
 def test_non_production_alternative_missing_the_oracle_is_expected_not_a_failure():
-    from skillrun.report import summary_row
+    from skillrun.output.report import summary_row
 
     rec = {"verdict": "slower", "mode": "gpu_measured", "created": "2026-12-01T00:00:00+00:00", "card": {"id": "c"},
            "recipe": {"name": "r"}, "shape": {"M": 1}, "speedup": 0.8, "timing": {"port_ms": {"median": 1.0}},
@@ -224,7 +224,7 @@ def test_non_production_alternative_missing_the_oracle_is_expected_not_a_failure
 
 
 def test_card_claiming_validation_with_only_stale_evidence_reads_stale(labelled):
-    from skillrun.evidence import card_status
+    from skillrun.evidence.index import card_status
 
     kb, paths = labelled
     ev = build_index(SkillIndex.load(kb))
@@ -293,7 +293,7 @@ def test_new_evidence_never_turns_lint_red_and_refuted_claims_are_flagged(tmp_pa
 
     card = copy.deepcopy(CARD)  # kernels that import, so lint has nothing else to say
     root = make_kb(tmp_path / "kb", card=card)
-    src = Path(__file__).resolve().parents[1] / "kernels" / "protocol.py"
+    src = Path(__file__).resolve().parents[1] / "kernels" / "skillrun_kernels" / "protocol.py"
 
     def rec(created: str, speedup: float) -> dict:
         r = record(root, created, NARROW, speedup=speedup)
@@ -330,7 +330,7 @@ def test_list_says_stale_when_every_gpu_artifact_of_a_validated_card_is(tmp_path
     card = copy.deepcopy(CARD)  # kernels that import: the card loads and is listed
     card["validation"] = {"status": "validated"}
     kb = make_kb(tmp_path / "kb", card=card)
-    src = hashlib.sha256((Path(__file__).resolve().parents[1] / "kernels" / "protocol.py").read_bytes()).hexdigest()
+    src = hashlib.sha256((Path(__file__).resolve().parents[1] / "kernels" / "skillrun_kernels" / "protocol.py").read_bytes()).hexdigest()
 
     def rec(created: str, shape: dict, sha: str) -> dict:
         r = record(kb, created, shape)

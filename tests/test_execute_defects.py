@@ -12,10 +12,10 @@ import pytest
 
 from defects.kb import card, make_defect_kb
 from skillrun.execute import execute_plan, run_skill
-from skillrun.peaks import DevicePeak, PeakTable
+from skillrun.analysis.peaks import DevicePeak, PeakTable
 from skillrun.kb.index import SkillIndex
 from skillrun.models import Plan
-from skillrun.validation import load_artifact
+from skillrun.evidence.validation import load_artifact
 
 SHAPE = {"M": 48, "N": 32, "K": 64}
 # Generous CPU "peaks" (far above what a CPU core does): the check must NOT fire with these.
@@ -225,7 +225,7 @@ def test_unresolved_plan_item_is_skipped_without_an_artifact(kb):
 
 
 def test_real_blockscale_triton_port_on_the_cpu_backend(tmp_path):
-    """The fp8 block-scale Triton port (kernels/fp8_blockscale_gemm) through the CPU backend."""
+    """The fp8 block-scale Triton port (kernels/skillrun_kernels/fp8_blockscale_gemm) through the CPU backend."""
     ref = "skillrun_kernels.fp8_blockscale_gemm.triton_sm90"
     if importlib.util.find_spec(ref) is None:
         pytest.skip(f"{ref} is not present yet")

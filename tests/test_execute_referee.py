@@ -1,4 +1,4 @@
-"""The timed session's referee (runner/execute/referee.py), driven over its socket by a scripted session.
+"""The timed session's referee (runner/skillrun/execute/referee.py), driven over its socket by a scripted session.
 
 End-to-end cheats that bend the session's checks are in test_execute_judge.py; these pin the protocol:
 the content both sides build from the referee's seeds and plans, commitments, the order of requests,

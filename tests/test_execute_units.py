@@ -10,7 +10,7 @@ from skillrun.execute import ExecOptions
 from skillrun.execute.integrity import aliasing_gate, evaluate_names
 from skillrun.execute.isolate import describe_exit
 from skillrun.execute.parity import aggregate, compare, poison, tolerance_of
-from skillrun.peaks import DEFAULT_PEAKS, compute_dtype, floor_ms
+from skillrun.analysis.peaks import DEFAULT_PEAKS, compute_dtype, floor_ms
 from skillrun.execute.proxy import generic_proxy
 from skillrun.execute.stats import aa_noise, percentile, summarize
 from skillrun.execute.timing import rotation_sets

@@ -22,7 +22,7 @@ from skillrun.execute.parity import DegenerateInput, degenerate
 from skillrun.execute.proxy import generic_proxy
 from skillrun.execute.timing import WallTimer, interleave
 from skillrun.kb.index import SkillIndex
-from skillrun.validation import load_artifact
+from skillrun.evidence.validation import load_artifact
 from skillrun_kernels.protocol import KernelLaunch
 
 U = "defects.untrusted"

@@ -2,7 +2,7 @@
 and passes its own static gates (spills, scratch, occupancy, LDS, MFMA opcodes, E8M0 pinning).
 
 Compile-only (no GPU). Each recipe compiles at its family's CI shape (``problem.ci_shape``, see
-kernels/protocol.py): the recipe's configuration at small dimensions, so the unrolled kernels compile
+kernels/skillrun_kernels/protocol.py): the recipe's configuration at small dimensions, so the unrolled kernels compile
 in seconds; the recipes' representative shapes are checked by ``skill-run check`` and recorded under
 ``validation/``. A new card or port is picked up here without editing this file. Skips with a reason
 when lld-19 or flydsl is missing (CI installs both).
@@ -70,7 +70,7 @@ def test_recipe_compiles_for_gfx950_and_passes_its_gates(index, card_id, recipe,
     for k in chk.kernels:
         assert k["mfma"], f"{k['name']} has no MFMA"
     # The artifact is schema-valid evidence of exactly this compile.
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.validation import load_artifact
 
     art = load_artifact(chk.artifact)
     assert art["mode"] == "compile_only" and art["verdict"] == "compile_verified"

@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon fp8 block-scale kernel for sm_90a (kernels/fp8_blockscale_gemm/gluon_sm90.py).
+"""The warp-specialized Gluon fp8 block-scale kernel for sm_90a (kernels/skillrun_kernels/fp8_blockscale_gemm/gluon_sm90.py).
 
 Gluon kernels do not run in Triton's CPU interpreter, so on a CPU this file tests what can be
 tested there: the host side (config validation with its reasons, resource estimates, the raster

@@ -283,7 +283,7 @@ def test_gpu_port_and_cublas_fallback_match_oracle(tokens):
 
 
 def test_layer_wrapper_offers_the_call_with_the_original_as_arm_a_thunk():
-    """kernels/_moe/routing.wrap_layer_builder: a call the route takes returns the route's value; one it
+    """kernels/skillrun_kernels/_moe/routing.wrap_layer_builder: a call the route takes returns the route's value; one it
     passes runs the original run; the thunk it is handed runs the original (what arm A times)."""
     from skillrun_kernels._moe.routing import wrap_layer_builder
     from skillrun_kernels.protocol import KernelLaunch

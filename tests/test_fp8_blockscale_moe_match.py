@@ -17,7 +17,7 @@ import pytest
 
 from skillrun import api
 from skillrun.ingest import _kineto_shard, torch_trace
-from skillrun.shapes import op_shape
+from skillrun.ingest.shapes import op_shape
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 DSV3 = {"model_dim": 7168, "inter_dim": 2048, "experts": 256, "topk": 8}
@@ -67,7 +67,7 @@ def test_gfx950_moe_kernels_of_other_quantizations_do_not_match(index):
     assert not _matched(rep, "flydsl_moe_fp8_blockscale")
     a16wi4 = {m.kernel for m in _matched(rep, "flydsl_moe_a16wi4")}
     assert a16wi4 == {"flydsl_moe1_abf16_wint4_bf16_t16x64x128_kb4"}
-    from skillrun.match import match_kernel
+    from skillrun.plan.match import match_kernel
 
     card = index.skill("flydsl_moe_fp8_blockscale")
     for k in prof.kernels:  # each fails on identity alone: the name says another quantization
@@ -210,7 +210,7 @@ def test_fixtures_are_reproducible(tmp_path, monkeypatch):
     sys.modules.pop("make_fixtures", None)
 
 
-H200_TRACE = (Path(__file__).resolve().parents[1] / "kernels" / "fp8_blockscale_moe" / "traces"
+H200_TRACE = (Path(__file__).resolve().parents[1] / "kernels" / "skillrun_kernels" / "fp8_blockscale_moe" / "traces"
               / "h200_cublas_per_expert_baseline.trace.json.gz")
 
 

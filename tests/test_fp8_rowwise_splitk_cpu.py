@@ -117,7 +117,7 @@ def test_tunable_values_each_run_from_the_default():
 def test_shared_memory_rule_agrees_with_the_compile_facts():
     # compile_sm90_splitk.json holds what ptxas reported (compile only, no GPU): the host rule must
     # predict every config's shared memory and reject exactly those over the limit.
-    facts = json.loads((TESTS.parent / "kernels/fp8_rowwise_batched_gemm/compile_sm90_splitk.json").read_text())
+    facts = json.loads((TESTS.parent / "kernels/skillrun_kernels/fp8_rowwise_batched_gemm/compile_sm90_splitk.json").read_text())
     assert facts["rows"]
     for row in facts["rows"]:
         dims, w, s, _ = row["config"].split("_")

@@ -14,14 +14,14 @@ from conftest import traces_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillrun.peaks import DEFAULT_PEAKS
-from skillrun.hot_table import hot_kernels, render
+from skillrun.analysis.peaks import DEFAULT_PEAKS
+from skillrun.analysis.hot_table import hot_kernels, render
 from skillrun.ingest import ingest
-from skillrun.names import demangle_many, display_names, kernel_category
+from skillrun.ingest.names import demangle_many, display_names, kernel_category
 
 REPO = Path(__file__).resolve().parents[1]
 SLICE = REPO / "tests" / "fixtures" / "rocprofv3_mi350x_subset.real.json.gz"
-EXAMPLE = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+EXAMPLE = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 SNAP = REPO / "tests" / "snapshots"
 
 
@@ -134,7 +134,7 @@ def test_multi_gpu_shares_are_per_device_not_pooled(tmp_path):
     assert devs[0]["idle_ms"] == pytest.approx(0.0) and devs[1]["idle_ms"] == pytest.approx(0.6)
     assert devs[1]["idle_pct"] == pytest.approx(60.0)
     assert {c["category"] for c in data["categories"]} == {"gemm", "communication", "reduction"}
-    from skillrun.hot_table import breakdown_lines
+    from skillrun.analysis.hot_table import breakdown_lines
 
     lines = breakdown_lines(data)
     assert any("GPU0: 1.000 ms" in ln for ln in lines) and any("GPU1: 0.400 ms" in ln and "idle 0.600" in ln for ln in lines)
@@ -142,7 +142,7 @@ def test_multi_gpu_shares_are_per_device_not_pooled(tmp_path):
 
 def test_communication_kernels_are_never_offered_to_cards(tmp_path):
     from skillrun import api
-    from skillrun.match import match_kernel
+    from skillrun.plan.match import match_kernel
 
     idx = api.load_index()
     card = idx.skill("flydsl_fp8_blockscale_gemm")
@@ -247,7 +247,7 @@ def test_rate_above_the_device_peak_is_flagged_model_na_not_shown():
     # The model's number is kept for the curious but never as a rate, a share of peak or a bound.
     assert "tbps" not in a and "tflops" not in a and "pct_peak" not in a and "bound" not in a
     assert a["model_value"] > a["peak_tbps"] and "peak" in a["reason"]
-    from skillrun.hot_table import _fmt_achieved
+    from skillrun.analysis.hot_table import _fmt_achieved
 
     assert _fmt_achieved(a) == "model n/a"
     for r in data["kernels"]:
@@ -332,7 +332,7 @@ def test_median_and_std_dev_match_the_raw_kernel_events():
         assert r["launch"]["registers_per_thread"] == ev["args"]["registers per thread"]
         assert r["launch"]["shared_mem_bytes"] == ev["args"]["shared memory"]
     # The denominator is printed: total kernel time and calls.
-    from skillrun.hot_table import breakdown_lines
+    from skillrun.analysis.hot_table import breakdown_lines
 
     total_us = sum(e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
     line = breakdown_lines(data)[0]
@@ -345,7 +345,7 @@ def test_launch_facts_from_rocprofv3_kernel_symbols_and_nsys():
     import gzip
     import sqlite3
 
-    from skillrun.hot_table import launch_text
+    from skillrun.analysis.hot_table import launch_text
 
     trace = SGLANG.parents[1] / "rocprofv3" / "amd_mi350x_rocprofv3_kernel_trace_results.json.gz"
     doc = json.loads(gzip.decompress(trace.read_bytes()))["rocprofiler-sdk-tool"][0]

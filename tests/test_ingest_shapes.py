@@ -1,10 +1,10 @@
-"""skillrun.shapes: op dims/types → problem shape, dtype and scale recipe (pure functions)."""
+"""skillrun.ingest.shapes: op dims/types → problem shape, dtype and scale recipe (pure functions)."""
 from __future__ import annotations
 
 import pytest
 
-from skillrun import shapes
-from skillrun.shapes import dtype_from_kernel_name, normalize_dtype, op_shape, shape_from_kernel_name
+from skillrun.ingest import shapes
+from skillrun.ingest.shapes import dtype_from_kernel_name, normalize_dtype, op_shape, shape_from_kernel_name
 
 FP8 = "c10::Float8_e4m3fn"
 

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE = str(REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz")
+TRACE = str(REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz")
 
 
 def _schema(name: str) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from skillrun import kernel_sources as KS
+from skillrun.evidence import kernel_sources as KS
 from skillrun.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,8 +18,8 @@ def _sha(p: Path) -> str:
 
 @pytest.fixture
 def kernels(tmp_path: Path) -> Path:
-    """A KB root whose kernels/ has a port reaching helpers every way a port imports them."""
-    k = tmp_path / "kernels"
+    """A KB root whose kernels/skillrun_kernels/ has a port reaching helpers every way a port imports them."""
+    k = tmp_path / "kernels" / "skillrun_kernels"
     files = {
         "__init__.py": '"""the package"""\n',
         "_base.py": "CONST = 1\n",
@@ -45,7 +45,7 @@ def kernels(tmp_path: Path) -> Path:
 
 def test_the_closure_is_every_kernels_module_imported_transitively(kernels: Path):
     got = KS.kernel_sources("skillrun_kernels.fam.port", root=kernels)
-    k = kernels / "kernels"
+    k = kernels / "kernels" / "skillrun_kernels"
     want = {"skillrun_kernels": k / "__init__.py", "skillrun_kernels._base": k / "_base.py",
             "skillrun_kernels._h": k / "_h" / "__init__.py", "skillrun_kernels._h.deep": k / "_h" / "deep.py",
             "skillrun_kernels._h.lazy": k / "_h" / "lazy.py", "skillrun_kernels.fam": k / "fam" / "__init__.py",
@@ -55,7 +55,7 @@ def test_the_closure_is_every_kernels_module_imported_transitively(kernels: Path
 
 
 def test_a_helper_that_does_not_parse_or_passes_a_bound_is_an_error_naming_it(kernels: Path, monkeypatch):
-    deep = kernels / "kernels" / "_h" / "deep.py"
+    deep = kernels / "kernels" / "skillrun_kernels" / "_h" / "deep.py"
     deep.write_text("def broken(:\n")
     with pytest.raises(InputError) as exc:
         KS.kernel_sources("skillrun_kernels.fam.port", root=kernels)
@@ -67,16 +67,16 @@ def test_a_helper_that_does_not_parse_or_passes_a_bound_is_an_error_naming_it(ke
     assert "more than 3 skillrun_kernels modules" in exc.value.reason and exc.value.path.startswith(str(kernels / "kernels"))
     monkeypatch.setattr(KS, "MAX_MODULES", 200)
     monkeypatch.setattr(KS, "MAX_FILE_BYTES", 4096)
-    (kernels / "kernels" / "_h" / "lazy.py").write_text("X = 2\n" + "#" * 5000 + "\n")
+    (kernels / "kernels" / "skillrun_kernels" / "_h" / "lazy.py").write_text("X = 2\n" + "#" * 5000 + "\n")
     with pytest.raises(InputError) as exc:
         KS.kernel_sources("skillrun_kernels.fam.port", root=kernels)
-    assert exc.value.path == str(kernels / "kernels" / "_h" / "lazy.py") and "larger than" in exc.value.reason
+    assert exc.value.path == str(kernels / "kernels" / "skillrun_kernels" / "_h" / "lazy.py") and "larger than" in exc.value.reason
 
 
 def test_a_module_name_from_an_artifact_cannot_point_outside_kernels(kernels: Path):
     assert KS.locate("skillrun_kernels./etc/passwd", kernels) is None
     assert KS.locate("skillrun_kernels.fam..port", kernels) is None
-    assert KS.locate("skillrun_kernels.fam.port", kernels) == kernels / "kernels" / "fam" / "port.py"
+    assert KS.locate("skillrun_kernels.fam.port", kernels) == kernels / "kernels" / "skillrun_kernels" / "fam" / "port.py"
 
 
 def test_source_identity_of_a_real_port_covers_its_shared_helpers(monkeypatch):
@@ -85,9 +85,9 @@ def test_source_identity_of_a_real_port_covers_its_shared_helpers(monkeypatch):
     assert note is None
     mod = ref.split(":")[0]
     sources = fields["kernel_sources"]
-    assert fields["kernel_source_sha256"] == sources[mod] == _sha(REPO / "kernels" / "fp8_blockscale_moe" / "triton_sm90.py")
+    assert fields["kernel_source_sha256"] == sources[mod] == _sha(REPO / "kernels" / "skillrun_kernels" / "fp8_blockscale_moe" / "triton_sm90.py")
     # the shared MoE routing and the family's problem module are what an edit would change unseen
-    assert sources["skillrun_kernels._moe.routing"] == _sha(REPO / "kernels" / "_moe" / "routing.py")
+    assert sources["skillrun_kernels._moe.routing"] == _sha(REPO / "kernels" / "skillrun_kernels" / "_moe" / "routing.py")
     assert "skillrun_kernels.fp8_blockscale_moe.problem" in sources and "skillrun_kernels.fp8_blockscale_gemm.problem" in sources
     # a closure that cannot be read leaves the module's own sha256 (as before) and a note saying why
     monkeypatch.setattr(KS, "MAX_MODULES", 2)
@@ -101,7 +101,7 @@ def test_a_compile_only_check_records_the_identity_and_stays_schema_valid():
     """skill-run check writes the same identity as a run (one function for every writer)."""
     from skillrun import api
     from skillrun.check.core import RecipeCheck, _record
-    from skillrun.validation import validate_record
+    from skillrun.evidence.validation import validate_record
 
     card = api.load_index().skill("flydsl_fp8_blockscale_gemm")
     recipe = card.recipes[0]

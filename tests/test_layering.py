@@ -1,5 +1,6 @@
 """The engine's layering is a test: the import-linter contracts in pyproject.toml (layers from the CLI
-down to errors, every top-level module placed, no import cycles between siblings) hold for runner/."""
+down to errors, every wing and root module placed, no import cycles between siblings) hold for
+runner/skillrun/."""
 from __future__ import annotations
 
 import shutil
@@ -21,8 +22,8 @@ def _lint_imports(package_parent: Path, cwd: Path) -> subprocess.CompletedProces
 
 
 def _tree(tmp_path: Path) -> Path:
-    """runner/ as the package `skillrun` in a folder of its own, with this checkout's contracts."""
-    shutil.copytree(ROOT / "runner", tmp_path / "pkg" / "skillrun", ignore=shutil.ignore_patterns("__pycache__", "examples"))
+    """A copy of runner/skillrun in a folder of its own, with this checkout's contracts."""
+    shutil.copytree(ROOT / "runner" / "skillrun", tmp_path / "pkg" / "skillrun", ignore=shutil.ignore_patterns("__pycache__", "examples"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -39,12 +40,12 @@ def test_an_import_that_runs_back_up_or_a_cycle_breaks_the_contracts(tmp_path):
     tree = _tree(tmp_path)
     kb_index = tree / "pkg" / "skillrun" / "kb" / "index.py"
     # The knowledge base reaching up into the pipeline (what kb/lint.py once did) ...
-    kb_index.write_text(kb_index.read_text() + "\n\ndef _up():\n    from skillrun.plan import make_plan  # noqa: F401\n")
+    kb_index.write_text(kb_index.read_text() + "\n\ndef _up():\n    from skillrun.plan.planner import make_plan  # noqa: F401\n")
     # ... and a loop between two sibling modules.
-    atomic = tree / "pkg" / "skillrun" / "atomic.py"
-    atomic.write_text(atomic.read_text() + "\n\ndef _loop():\n    from skillrun import redact  # noqa: F401\n")
-    redact = tree / "pkg" / "skillrun" / "redact.py"
-    redact.write_text(redact.read_text() + "\n\ndef _back():\n    from skillrun import atomic  # noqa: F401\n")
+    atomic = tree / "pkg" / "skillrun" / "io" / "atomic.py"
+    atomic.write_text(atomic.read_text() + "\n\ndef _loop():\n    from skillrun.io import redact  # noqa: F401\n")
+    redact = tree / "pkg" / "skillrun" / "io" / "redact.py"
+    redact.write_text(redact.read_text() + "\n\ndef _back():\n    from skillrun.io import atomic  # noqa: F401\n")
     res = _lint_imports(tree / "pkg", tree)
     assert res.returncode != 0, res.stdout
     assert "skillrun.kb is not allowed to import skillrun.plan" in res.stdout

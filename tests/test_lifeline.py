@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from skillrun import lifeline
+from skillrun.io import lifeline
 
 pytestmark = pytest.mark.timeout(240)
 

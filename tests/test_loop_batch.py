@@ -39,7 +39,7 @@ def test_plan_infers_batch_with_provenance():
     assert it.shape_provenance == "inferred_loop"
     assert it.status == "planned" and it.recipe == "wide_n_mid_m"
     assert any("batch=16 inferred from runs of 16 identical aten::_scaled_mm calls" in n for n in it.notes)
-    from skillrun.plan import plan_lines
+    from skillrun.plan.planner import plan_lines
 
     assert "(inferred_loop, " in "\n".join(plan_lines(a.plan))
 
@@ -89,7 +89,7 @@ def test_card_prior_says_which_reference_it_is_a_ratio_against():
     # The row-wise card's priors were measured against the per-batch loop, while its baseline is now
     # MSLK's batched kernel: the plan must say what the prior's ratio is against, never leave it to
     # read as a ratio against today's baseline.
-    from skillrun.plan import plan_lines
+    from skillrun.plan.planner import plan_lines
 
     idx = SkillIndex.load(REPO)
     a = api.analyze(LOOP, index=idx)

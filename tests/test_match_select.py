@@ -9,10 +9,10 @@ from kbfixture import CARD, make_kb, write_card
 from skillrun.errors import UsageError
 from skillrun.kb import expr
 from skillrun.kb.index import SkillIndex
-from skillrun.match import match_profile
+from skillrun.plan.match import match_profile
 from skillrun.models import KernelStat, OpCall, Profile
-from skillrun.plan import make_plan
-from skillrun.select import parse_shape, select_recipe
+from skillrun.plan.planner import make_plan
+from skillrun.plan.select import parse_shape, select_recipe
 
 CK = "void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemmMultiD_ABScale_xdl_cshuffle_v3<ck::f8_t, ck::f8_t>>(...)"
 CK_MANGLED = "_ZN2ck27kernel_gemm_xdl_cshuffle_v3INS_42GridwiseGemmMultiD_ABScale_xdl_cshuffle_v3IKi"
@@ -166,7 +166,7 @@ def test_criteria_the_trace_cannot_answer_are_not_checked_not_ticked():
     criteria are 'not checked' (passed null), neither a pass nor a fail, in the model and the JSON."""
     from skillrun import api
     from skillrun.ingest import ingest
-    from skillrun.match import match_kernel
+    from skillrun.plan.match import match_kernel
 
     from conftest import traces_dir
 

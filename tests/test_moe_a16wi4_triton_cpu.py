@@ -241,7 +241,7 @@ def test_slot_regexes_cover_the_kernels_recorded_on_the_h200():
     import gzip
     import re
 
-    path = TESTS.parent / "kernels" / "moe_a16wi4" / "results" / "h200_f95b066.json.gz"
+    path = TESTS.parent / "kernels" / "skillrun_kernels" / "moe_a16wi4" / "results" / "h200_f95b066.json.gz"
     rows = json.loads(gzip.decompress(path.read_bytes()))["table"]
     port_re, torch_re = re.compile(triton_sm90.EXPECT_KERNELS), re.compile(references.TORCH_MOE_KERNELS)
     seen_port, seen_torch = set(), set()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from defects.kb import card, make_defect_kb
-from skillrun import atomic
+from skillrun.io import atomic
 from skillrun.errors import EXIT_USAGE, SkillRunError, UsageError
-from skillrun.select import parse_shape
+from skillrun.plan.select import parse_shape
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,12 +8,12 @@ import pytest
 from typer.testing import CliRunner
 
 from skillrun import api
-from skillrun.evidence import build_index
+from skillrun.evidence.index import build_index
 from skillrun.kb.index import SkillIndex
-from skillrun.plan import plan_lines
+from skillrun.plan.planner import plan_lines
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "runner" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
+DEMO = REPO / "runner" / "skillrun" / "examples" / "h200_fp8_blockscale_scaled_mm.pt.trace.json.gz"
 CARD = "triton_fp8_blockscale_gemm_sm90"
 
 
@@ -86,7 +86,7 @@ def test_lever_is_scoped_to_the_shapes_it_was_measured_on(demo):
     # A shape the K-light recipe covers but was not measured on: its lever words are the card's about 16384x7168x768.
     prof = a.profile
     shapes = [{"M": 4096, "N": 7168, "K": 768}]
-    from skillrun.plan import _item
+    from skillrun.plan.planner import _item
 
     k = prof.kernels[0]
     it = _item(index.skill(CARD), k, shapes[0], "user", None, 10.0, index, "sm_90")
@@ -99,8 +99,8 @@ def test_lever_is_scoped_to_the_shapes_it_was_measured_on(demo):
 
 def test_measurements_say_which_timing_engine_took_them(demo):
     """Artifacts timed before the device hold are marked, and a plan quoting one says so."""
-    from skillrun.evidence import summarize
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.index import summarize
+    from skillrun.evidence.validation import load_artifact
 
     root = Path(__file__).resolve().parents[1] / "validation" / CARD
     old = summarize(load_artifact(root / "20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml"))
@@ -109,7 +109,7 @@ def test_measurements_say_which_timing_engine_took_them(demo):
     assert old.engine == "position_biased" and held.engine == "held" and new.engine == "sustained"
     index, a = demo
     # A plan that can only quote the position-biased run says so (the evidence index told to see only it).
-    from skillrun.plan import _quote_evidence
+    from skillrun.plan.planner import _quote_evidence
 
     ev = build_index(index)
     entry = ev.find(f"validation/{CARD}/20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml")

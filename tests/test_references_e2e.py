@@ -52,7 +52,7 @@ def test_cpu_run_writes_the_references_block_with_parity_status_and_verdict_text
                          capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     (rec,) = json.loads(res.stdout)["results"]
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.validation import load_artifact
 
     art = load_artifact(Path(rec["artifact"]))  # schema-valid on disk
     assert art["verdict"] == "cpu_numerics_passed" and art["parity"]["port"]["passed"]
@@ -76,9 +76,9 @@ def test_gpu_verdict_path_with_a_failing_baseline_reports_both_axes(tmp_path):
     from defects.kb import K, card, make_defect_kb
     from skillrun.execute import run_skill
     from skillrun.execute.backends import CpuBackend, detect_facts
-    from skillrun.peaks import DevicePeak, PeakTable
+    from skillrun.analysis.peaks import DevicePeak, PeakTable
     from skillrun.kb.index import SkillIndex
-    from skillrun.validation import validate_record
+    from skillrun.evidence.validation import validate_record
 
     class SimulatedGpu(CpuBackend):  # GPU semantics (kind cuda), CPU tensors and a host timer
         kind = "cuda"

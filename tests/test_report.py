@@ -8,8 +8,8 @@ import pytest
 from rich.console import Console
 
 from skillrun.errors import InputError
-from skillrun.report import load_artifacts, report_table, write_html
-from skillrun.validation import write_artifact
+from skillrun.output.report import load_artifacts, report_table, write_html
+from skillrun.evidence.validation import write_artifact
 
 
 def record(verdict: str = "validated", shape=None, speedup=1.25, versus="baseline (k:b)", **extra) -> dict:
@@ -92,7 +92,7 @@ def test_table_accepts_minimal_execute_results():
 def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tmp_path: Path):
     recs = load_artifacts([artifacts])
     from skillrun.errors import InputError
-    from skillrun.report import SORT_JS
+    from skillrun.output.report import SORT_JS
 
     with pytest.raises(InputError, match="does not exist"):  # a mistyped folder is not created
         write_html(recs, tmp_path / "out" / "report.html")
@@ -117,8 +117,8 @@ def test_html_is_self_contained_escaped_and_charts_each_card(artifacts: Path, tm
 
 
 def test_cpu_speedups_are_not_shown_as_gpu_evidence():
-    from skillrun.evidence import build_index
-    from skillrun.report import summary_row
+    from skillrun.evidence.index import build_index
+    from skillrun.output.report import summary_row
 
     cpu = record(verdict="cpu_numerics_passed", speedup=3.0)
     cpu["device"] = {"kind": "cpu", "name": "AMD EPYC", "arch": "x86_64"}
@@ -130,7 +130,7 @@ def test_cpu_speedups_are_not_shown_as_gpu_evidence():
 
 def test_run_table_puts_every_value_under_its_own_column(artifacts: Path):
     """The verdict sat in the `% peak` column (one value short of the headers)."""
-    from skillrun.report import COLUMNS, _row
+    from skillrun.output.report import COLUMNS, _row
 
     for rec in load_artifacts([artifacts]):
         row = _row(rec)

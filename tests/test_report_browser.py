@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from skillrun.evidence import build_index
+from skillrun.evidence.index import build_index
 from skillrun.kb.index import SkillIndex
-from skillrun.report import render_html
+from skillrun.output.report import render_html
 
 REPO = Path(__file__).resolve().parents[1]
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from skillrun.report import _details_body, samples_html, samples_svg, samples_text
-from skillrun.samples import distributions
+from skillrun.output.report import _details_body, samples_html, samples_svg, samples_text
+from skillrun.evidence.samples import distributions
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER = REPO / "validation" / "triton_fp8_blockscale_gemm_sm90"

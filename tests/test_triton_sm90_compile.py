@@ -2,7 +2,7 @@
 sm_90a through its port's ``compile_only``, fits shared memory and runs on the tensor cores.
 
 Compile-only (no GPU): Triton 3.6 and its bundled ptxas on the CPU. Each recipe compiles at its
-family's CI shape (``problem.ci_shape``, kernels/protocol.py); recipes whose kernel and config are the
+family's CI shape (``problem.ci_shape``, kernels/skillrun_kernels/protocol.py); recipes whose kernel and config are the
 same as an earlier one's are compiled once. A new card or port is picked up here without editing this
 file. Skips with a reason when Triton or its ptxas is missing.
 """
@@ -69,7 +69,7 @@ def test_recipe_compiles_for_sm90a_and_fits(card_id, recipe):
     r = card.recipe(recipe)
     shape = _ci_shape(card, r)
     port = importlib.import_module(r.kernel.split(":")[0])
-    assert callable(getattr(port, "compile_only", None)), f"{r.kernel}: the port has no compile_only (kernels/protocol.py)"
+    assert callable(getattr(port, "compile_only", None)), f"{r.kernel}: the port has no compile_only (kernels/skillrun_kernels/protocol.py)"
     from skillrun_kernels._triton.compile import port_facts
 
     facts = port_facts(port, shape, dict(r.config), "sm_90a")

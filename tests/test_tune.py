@@ -15,9 +15,9 @@ from defects.kb import card, make_defect_kb
 from skillrun.errors import SkillRunError
 from skillrun.kb.index import SkillIndex
 from skillrun.lint import lint
-from skillrun.select import select_recipe
+from skillrun.plan.select import select_recipe
 from skillrun.tune.ablate import ablate_shape
-from skillrun.tuning_artifact import load_tuning_artifact
+from skillrun.evidence.tuning_artifact import load_tuning_artifact
 from skillrun.tune.sweep import tune_shape
 
 SHAPE = {"M": 32, "N": 16, "K": 32}
@@ -355,7 +355,7 @@ def test_proposal_inserts_into_the_real_rowwise_card_and_applies_cleanly(tmp_pat
 
 
 def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
-    from skillrun.tuning_artifact import write_tuning
+    from skillrun.evidence.tuning_artifact import write_tuning
     from skillrun.tune.task import base_record
     from skillrun.execute.backends import make_backend
 
@@ -378,7 +378,7 @@ def test_tune_starts_from_a_compile_prune_artifact(tmp_path):
 
 
 def test_a_timer_that_misses_the_work_is_a_measurement_error_not_a_winner(tmp_path):
-    from skillrun.peaks import DevicePeak, PeakTable
+    from skillrun.analysis.peaks import DevicePeak, PeakTable
 
     index = _kb(tmp_path, [tunable_card("toy_floor", [16, 64])])
     tiny = PeakTable([DevicePeak(name="test (tiny peak)", match=".", tflops={"fp16": 1e-9}, gbps=1e-9, source="tests")])
@@ -392,7 +392,7 @@ def test_real_cards_tunable_kernels_declare_a_schema_outside_the_measured_source
     # artifacts record) did not change when the schema was added.
     from skillrun.kb.index import SkillIndex
     from skillrun.kb.tunable import config_schema
-    from skillrun.refs import module_constant, split_ref
+    from skillrun.kb.refs import module_constant, split_ref
 
     index = SkillIndex.load(Path(__file__).resolve().parents[1])  # this checkout's cards, not a test KB
     seen = 0

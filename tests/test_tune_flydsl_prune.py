@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from skillrun.kb.index import SkillIndex
-from skillrun.tuning_artifact import load_tuning_artifact
+from skillrun.evidence.tuning_artifact import load_tuning_artifact
 from skillrun.tune.sweep import tune_shape
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from test_tune import SHAPE, TIMER, _kb, run_tune, tunable_card
 from skillrun.kb.index import SkillIndex
 from skillrun.lint import lint
 from skillrun.kb.tunable import enumerate_candidates, kernel_spaces_of, lint_tunable
-from skillrun.select import select_recipe
-from skillrun.tuning_artifact import load_tuning_artifact
+from skillrun.plan.select import select_recipe
+from skillrun.evidence.tuning_artifact import load_tuning_artifact
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ from skillrun.kb import bounded_yaml, expr
 from skillrun.kb.index import SkillIndex
 from skillrun.lint import check_cards, lint
 from skillrun.kb.regex import check_regex, compile_card_regex
-from skillrun.match import match_kernel, match_profile
+from skillrun.plan.match import match_kernel, match_profile
 from skillrun.models import KernelStat, Profile
-from skillrun.select import select_recipe
+from skillrun.plan.select import select_recipe
 
 pytestmark = pytest.mark.timeout(60)
 

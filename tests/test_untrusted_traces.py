@@ -19,13 +19,13 @@ import pytest
 
 from kbfixture import make_kb
 from skillrun.agent import build_tools
-from skillrun.atomic import TMP_PREFIX, TMP_SUFFIX, write_atomic
+from skillrun.io.atomic import TMP_PREFIX, TMP_SUFFIX, write_atomic
 from skillrun.errors import InputError, SkillRunError
 from skillrun.ingest import ingest
 from skillrun.ingest._jsonhead import walk_stream
 from skillrun.kb.index import SkillIndex
 from skillrun.lint import lint
-from skillrun.strict_json import dumps as strict_dumps
+from skillrun.io.strict_json import dumps as strict_dumps
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -158,7 +158,7 @@ SECRETS = ["hf_q", "ghp_7", "github_pat_1", "sk-ant-x", "xoxb-1", "AKIA12", "glp
 
 @pytest.mark.parametrize("token", SECRETS)
 def test_prefixed_tokens_of_any_length_are_scrubbed(token):
-    from skillrun.redact import REDACTED, scrub_text
+    from skillrun.io.redact import REDACTED, scrub_text
 
     assert scrub_text(f"arg {token} end") == f"arg {REDACTED} end"
     assert scrub_text(f"['{token}X9YZ']") == f"['{REDACTED}']"
@@ -184,7 +184,7 @@ def test_trace_free_text_is_scrubbed_in_json_and_agent_results(tmp_path):
 
 
 def test_real_kernel_names_are_not_scrubbed():
-    from skillrun.redact import scrub_text
+    from skillrun.io.redact import scrub_text
 
     for f in (CK_TRACE, CSV_TRACE, REPO / "tests" / "fixtures" / "nsys_cuda_gpu_kern_sum.synthetic.csv"):
         for k in ingest(f).kernels:
@@ -196,7 +196,7 @@ def test_real_kernel_names_are_not_scrubbed():
 
 # ----------------------------------------------------------------------------- 14. files we write
 def test_planted_symlink_at_the_old_temporary_name_redirects_nothing(tmp_path):
-    from skillrun.report import write_html
+    from skillrun.output.report import write_html
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -213,7 +213,7 @@ def test_planted_symlink_at_the_old_temporary_name_redirects_nothing(tmp_path):
 
 
 def _record(tmp_path: Path) -> dict:
-    from skillrun.validation import load_artifact
+    from skillrun.evidence.validation import load_artifact
 
     # a validation record (tuning artifacts and e2e records have their own schemas)
     src = next(p for p in sorted((REPO / "validation").rglob("*.yaml")) if not {"_tuning", "e2e"} & set(p.parts))
@@ -221,8 +221,8 @@ def _record(tmp_path: Path) -> dict:
 
 
 def test_no_evidence_written_through_a_symlinked_card_folder(tmp_path):
-    from skillrun.artifact_store import slug as _slug
-    from skillrun.validation import write_artifact
+    from skillrun.evidence.store import slug as _slug
+    from skillrun.evidence.validation import write_artifact
 
     rec = _record(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -236,8 +236,8 @@ def test_no_evidence_written_through_a_symlinked_card_folder(tmp_path):
 
 
 def test_leftover_temporaries_are_ignored_by_lint_and_cleaned_by_the_writer(tmp_path):
-    from skillrun.artifact_store import slug as _slug
-    from skillrun.validation import write_artifact
+    from skillrun.evidence.store import slug as _slug
+    from skillrun.evidence.validation import write_artifact
 
     rec = _record(tmp_path)
     root = make_kb(tmp_path / "kb")
@@ -322,8 +322,8 @@ def test_non_finite_and_negative_csv_timestamps_are_counted(tmp_path):
 
 
 def test_evidence_and_the_html_report_carry_no_token(tmp_path):
-    from skillrun.report import load_artifacts, write_html
-    from skillrun.validation import write_artifact
+    from skillrun.output.report import load_artifacts, write_html
+    from skillrun.evidence.validation import write_artifact
 
     rec = _record(tmp_path)
     rec["command"] = "skill-run --profile run_hf_q.json  # with HF_TOKEN=abc and nvapi-k"

@@ -1,4 +1,4 @@
-"""The two-axis verdict (skillrun.verdict.decide) on recorded numbers: every combination of
+"""The two-axis verdict (skillrun.evidence.verdict.decide) on recorded numbers: every combination of
 port pass/fail x baseline pass/fail x faster/slower/within noise, plus references that could not run."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from skillrun.verdict import PortOutcome, RefOutcome, decide, speed_label
+from skillrun.evidence.verdict import PortOutcome, RefOutcome, decide, speed_label
 
 PORT_MS = 0.100
 NOISE = 2.0  # percent
@@ -157,8 +157,8 @@ def test_unknown_reference_status_is_rejected():
 def test_report_shows_the_ratio_against_each_production_kernel_and_its_parity():
     from pathlib import Path
 
-    from skillrun.evidence import build_index
-    from skillrun.report import SUMMARY_COLUMNS, summary_row
+    from skillrun.evidence.index import build_index
+    from skillrun.output.report import SUMMARY_COLUMNS, summary_row
 
     rec = {"verdict": "validated", "mode": "gpu_measured", "created": "2026-12-01T00:00:00+00:00",
            "card": {"id": "c"}, "recipe": {"name": "r"}, "shape": {"M": 1}, "speedup": 1.21,
@@ -196,10 +196,10 @@ def test_the_fastest_oracle_correct_production_kernel_is_named_even_when_it_is_n
 
 
 def test_readme_verdict_table_is_the_vocabulary():
-    """The README's table and skillrun.verdict.VERDICTS are the same words with the same meanings."""
+    """The README's table and skillrun.evidence.verdict.VERDICTS are the same words with the same meanings."""
     from pathlib import Path
 
-    from skillrun.verdict import VERDICTS
+    from skillrun.evidence.verdict import VERDICTS
 
     readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
     table = readme[readme.index("| verdict | meaning |"):].split("\n\n")[0].splitlines()[2:]
@@ -208,7 +208,7 @@ def test_readme_verdict_table_is_the_vocabulary():
 
 
 def test_every_verdict_decide_can_return_is_in_the_vocabulary():
-    from skillrun.verdict import VERDICTS, reconcile
+    from skillrun.evidence.verdict import VERDICTS, reconcile
 
     port_ok = PortOutcome(parity_passed=True, median_ms=PORT_MS)
     seen = {decide(port_ok, [_base(True, s)], NOISE).verdict for s in REF_MS}

@@ -1,4 +1,4 @@
-"""The launch watchdog (runner/execute/watchdog.py) on the CPU, with deliberately deadlocking stand-ins.
+"""The launch watchdog (runner/skillrun/execute/watchdog.py) on the CPU, with deliberately deadlocking stand-ins.
 
 The stand-ins (tests/defects/kernels.py ``_relaunch_deadlock``) pass the candidate gate and deadlock
 on their second launch on the same prepared operands, as a timed session makes them do: without the
@@ -15,7 +15,7 @@ from defects.kb import make_defect_kb
 from skillrun.execute import run_skill
 from skillrun.execute.watchdog import probe_kernels
 from skillrun.kb.index import SkillIndex
-from skillrun.validation import load_artifact
+from skillrun.evidence.validation import load_artifact
 
 K = "defects.kernels"
 SHAPE = {"M": 48, "N": 32, "K": 64}
@@ -82,7 +82,7 @@ def test_a_deadlocking_port_is_an_error_naming_it_and_no_session_runs(kb):
 
 def test_the_tuner_records_a_deadlocking_candidate_as_timeout_and_times_the_rest(tmp_path):
     from test_tune import TIMER, tunable_card
-    from skillrun.tuning_artifact import load_tuning_artifact
+    from skillrun.evidence.tuning_artifact import load_tuning_artifact
     from skillrun.tune.sweep import tune_shape
 
     root = make_defect_kb(tmp_path / "kb", [tunable_card("toy_deadlock", [16, 40, 64])])

@@ -24,7 +24,7 @@ sys.path.insert(0, str(TESTS))
 from defects.kb import make_defect_kb  # noqa: E402
 from skillrun.execute import run_skill  # noqa: E402
 from skillrun.kb.index import SkillIndex  # noqa: E402
-from skillrun.report import report_table, write_html  # noqa: E402
+from skillrun.output.report import report_table, write_html  # noqa: E402
 
 RUNS = [
     ("toy_triton", {"M": 4096, "N": 4096, "K": 4096}, {}),

@@ -1,0 +1,367 @@
+"""Planning: for each matched kernel and each of its shapes, the recipe to run and what it should buy.
+
+What it should buy is, in order: the current, non-stale GPU measurement of the same card, recipe and
+shape on the same device class (from :mod:`skillrun.evidence.index`, quoted with its path and age), else the
+card's prior for the recipe. A recipe's lever and "loses" lines are the card's words about the shapes
+it was measured on; the plan says which shapes those were, and never restates them as facts of the
+planned shape.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from skillrun.kb.cards import Recipe, SkillCard, problem_keys
+from skillrun.kb.index import SkillIndex
+from skillrun.kb.regex import RegexRejected, compile_card_regex
+from skillrun.models import KernelStat, MatchReport, Plan, PlanItem, Profile
+from skillrun.ingest.names import name_forms
+from skillrun.plan.match import op_classes
+from skillrun.plan.select import select_recipe
+
+
+def projected_gain_pct(fraction_pct: float, speedup: float | None) -> float | None:
+    """End-to-end gain if this share of GPU time gets `speedup` faster: f·(1−1/s), in percent."""
+    if not speedup or speedup <= 0:
+        return None
+    return round(fraction_pct * (1.0 - 1.0 / speedup), 4)
+
+
+def _shape_words(shape: Any, keys: tuple[str, ...]) -> str:
+    if isinstance(shape, dict):
+        return ",".join(f"{k}={v}" for k, v in shape.items())
+    if isinstance(shape, (list, tuple)):
+        return ",".join(f"{k}={v}" for k, v in zip(keys, shape)) if len(shape) == len(keys) else "x".join(map(str, shape))
+    return str(shape)
+
+
+def measured_on(recipe: Recipe, keys: tuple[str, ...]) -> list[str]:
+    """The shapes a recipe's evidence entries name (what its lever/loses text was measured on)."""
+    out: list[str] = []
+    for ev in recipe.evidence or []:
+        if isinstance(ev, dict) and ev.get("shape") is not None:
+            w = _shape_words(ev["shape"], keys)
+            if w not in out:
+                out.append(w)
+    return out
+
+
+def prior_versus(recipe: Recipe) -> str | None:
+    """The reference the recipe's expected_speedup was measured against: the ``versus`` of the
+    evidence entry with that speedup (else of the first entry that names one)."""
+    entries = [e for e in recipe.evidence or [] if isinstance(e, dict) and e.get("versus")]
+    exp = recipe.expected_speedup
+    for e in entries:
+        sp = e.get("speedup")
+        if exp is not None and isinstance(sp, (int, float)) and abs(sp - exp) <= 0.005 * max(abs(exp), 1e-9) + 1e-9:
+            return str(e["versus"])
+    return str(entries[0]["versus"]) if entries else None
+
+
+def next_command(card: SkillCard, recipe: Recipe | None, shape: dict[str, int]) -> str:
+    cmd = f"skill-run run {card.id} --shape {_shape_words(shape, tuple(shape))}"
+    if recipe is not None and recipe.backend == "flydsl":
+        cmd += f"   (on a ROCm GPU; without one: skill-run check {card.id} --shape {_shape_words(shape, tuple(shape))}, compile-only)"
+    return cmd
+
+
+def _evidence_dict(e) -> dict[str, Any]:
+    from skillrun.evidence.index import age_text
+
+    s = e.summary
+    return {"path": e.path, "created": s.created, "age": age_text(e.created), "speedup": s.speedup, "versus": s.versus,
+            "versus_production": s.versus_production, "noise_pct": s.noise_pct, "speed": s.speed, "verdict": s.verdict,
+            "verdict_text": s.verdict_text, "device": s.device_class, "commit": s.commit, "timing_mode": s.timing_mode,
+            "shape": e.shape, "card_edited": e.card_edited, "engine": s.engine}
+
+
+def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, arch: Optional[str], device: Optional[str]) -> None:
+    """Replace the card prior by the current measurement where one exists; else say how to get one."""
+    hit = evidence.measured(card.id, recipe.name, item.shape, arch=arch, device_name=device) if evidence is not None else None
+    stale = None
+    if hit is None and evidence is not None:
+        stale = evidence.measured(card.id, recipe.name, item.shape, arch=arch, device_name=device, include_stale=True)
+    if hit is not None:
+        item.evidence = _evidence_dict(hit)
+        s = hit.summary
+        if s.speedup is not None:
+            item.expected_speedup = s.speedup
+            item.expected_source = "measured"
+            if s.engine == "position_biased":
+                item.notes.append("timed by the earlier, position-biased engine (no device hold, slot order alternating): "
+                                  "its ratios can read up to 45% against the port; re-run to confirm")
+            elif s.engine == "held":
+                item.notes.append("timed with held rounds but without the sustained load: single launches at the boost "
+                                  "clock, whose ratios differed from back-to-back work by up to 5% on the H200; re-run to confirm")
+            return
+        item.notes.append(f"measured on {s.device_class} ({hit.path}, {item.evidence['age']}): {s.verdict}, no speedup "
+                          f"({s.verdict_text[:160]}); the expected speedup stays the card's prior")
+        return
+    if stale is not None:
+        item.notes.append(f"a stale measurement exists ({stale.path}: {'; '.join(stale.stale_reasons)[:160]}); not quoted")
+    item.next_command = next_command(card, recipe, item.shape)
+
+
+def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, index: SkillIndex, arch: str | None,
+          evidence=None, device: Optional[str] = None) -> PlanItem:
+    facts = index.device_facts(arch) if arch else index.device_facts(card.gens[0])
+    base = dict(
+        skill_id=card.id,
+        kernel=k.name,
+        pct_gpu=round(share_pct, 4),
+        dtype=dtype,
+        references=card.references,
+        tolerance=card.tolerance,
+    )
+    keys = problem_keys(card)
+    if not shape:
+        return PlanItem(**base, shape_provenance="unresolved", status="unresolved_shape",
+                        notes=[f"shape not recoverable from the trace; supply it with --shape {','.join(keys)}"])
+    missing = [key for key in keys if key not in shape]
+    notes: list[str] = []
+    if missing:
+        return PlanItem(**base, shape=shape, shape_provenance=provenance, status="unsupported_shape",
+                        notes=[f"the card's problem needs {','.join(keys)}; the shape given has {','.join(shape)}"])
+    sel = select_recipe(card, shape, facts, arch)
+    r = sel.recipe
+    speed = r.expected_speedup or card.data["expects"]["isolated_speedup_min"]
+    if sel.untuned:
+        notes.append("UNTUNED: no recipe's shape class covers this shape; using the card default (" + "; ".join(sel.reasons) + ")")
+    item = PlanItem(
+        **base,
+        shape={key: shape[key] for key in keys if key in shape},
+        shape_provenance=provenance,
+        recipe=r.name,
+        untuned=sel.untuned,
+        kernel_ref=r.kernel,
+        backend=r.backend,
+        config=dict(r.config),
+        lever=r.lever,
+        loses=list(r.loses),
+        lever_measured_on=measured_on(r, keys),
+        expected_speedup=speed,
+        prior_versus=prior_versus(r),
+        notes=notes,
+    )
+    _quote_evidence(item, card, r, evidence, arch, device)
+    speed = item.expected_speedup
+    if item.expected_source == "measured" and item.evidence["speed"] == "within_noise":
+        item.notes.append(f"measured {speed:.3f}x is inside the A/A noise: no measurable win; keep the baseline")
+    elif speed < 1.0:
+        what = "measured" if item.expected_source == "measured" else "the card expects"
+        item.notes.append(f"{what} {speed:.2f}x here: keep the baseline for this shape unless a run says otherwise")
+    item.projected_e2e_gain_pct = projected_gain_pct(share_pct, speed)
+    return item
+
+
+def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: list[dict[str, int]] | None = None,
+              evidence=None) -> Plan:
+    """One PlanItem per (matched card, distinct shape); user shapes fill what the trace cannot give.
+
+    A trace shape that does not determine the card's problem (e.g. a MoE baseline seen as
+    ``aten::_grouped_mm`` M,N,K: top-k and group size are not in it) is treated as unresolved:
+    the user's ``--shape`` then supplies the problem, with provenance ``user``.
+    """
+    device = next((d.name for d in profile.devices if d.name), None)
+    plan = Plan(profile=profile.source, arch=profile.arch, device=device, coverage=report.coverage)
+    ev_kw = {"evidence": evidence, "device": device}
+    by_name = {k.name: k for k in profile.kernels}
+    total = profile.total_kernel_us or 1.0
+    items: list[PlanItem] = []
+    for m in report.matches:
+        card = index.skill(m.skill_id)
+        # A per-batch loop of GEMMs shows M,N,K but not the batch. When ingestion saw the op run as
+        # identical consecutive calls inside each profiler step (OpCall.loop_batch), that run length is
+        # the batch (provenance inferred_loop); the user's --shape overrides it.
+        keys = set(problem_keys(card))
+        k = by_name[m.kernel]
+        # Calls of the kernel whose launching op is of another operator class are not this card's
+        # (one cuBLAS kernel serves dense GEMMs and, inside a MoE layer op, the layer's expert GEMMs)
+        wanted = set(card.match.get("operator", []))
+        mine = [oc for oc in k.ops if not op_classes(oc.op) or op_classes(oc.op) & wanted]
+        # A card that identified the kernel by its launching op alone (its name regex missed) takes
+        # only that op's calls: the layer op's, not the same kernel's dense calls elsewhere
+        spec_ops = {spec["name"] for spec in card.match["profile_signature"].get("ops", [])}
+        if spec_ops and not _name_hit(card, k):
+            mine = [oc for oc in mine if oc.op in spec_ops]
+        foreign_us = sum(oc.total_us for oc in k.ops if oc not in mine)
+        shaped = [oc for oc in mine if oc.shape and keys <= set(oc.shape)]
+        for oc in shaped:
+            items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch, **ev_kw))
+        if "batch" in keys and not shapes:
+            for oc in mine:
+                if oc in shaped or not oc.shape or not oc.loop_batch or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
+                    continue
+                it = _item(card, k, {"batch": oc.loop_batch, **oc.shape}, "inferred_loop", oc.dtype, 100.0 * oc.total_us / total,
+                           index, profile.arch, **ev_kw)
+                it.notes.append(f"batch={oc.loop_batch} inferred from runs of {oc.loop_batch} identical {oc.op} calls "
+                                f"({','.join(f'{a}={b}' for a, b in oc.shape.items())}) per profiler step; --shape overrides it")
+                items.append(it)
+                shaped.append(oc)
+        rest_us = k.total_us - foreign_us - sum(oc.total_us for oc in shaped)
+        if rest_us > 0.005 * k.total_us or not shaped:
+            share = 100.0 * rest_us / total
+            partial = [oc for oc in mine if oc.shape and oc not in shaped]
+            # a --shape applies to the cards whose problem it speaks of (a MoE shape names no M,N,K)
+            usable = [s for s in shapes or () if keys & set(s)]
+            if usable:
+                for s in usable:
+                    it = _item(card, k, s, "user", None, share / len(usable), index, profile.arch, **ev_kw)
+                    if partial:
+                        it.notes.append("the trace's shapes (" + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
+                                        + ") do not determine this card's problem; using the shape given with --shape")
+                    items.append(it)
+            else:
+                it = _item(card, k, None, "unresolved", None, share, index, profile.arch)
+                if partial:
+                    it.notes.append("the trace gives " + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
+                                    + f", which does not determine {','.join(problem_keys(card))}")
+                items.append(it)
+    plan.items = _merge(items)
+    gains = [it.projected_e2e_gain_pct for it in plan.items if it.projected_e2e_gain_pct is not None]
+    if gains:
+        plan.projected_gain_pct = round(sum(max(0.0, g) for g in gains), 4)
+        plan.projected_gain_all_pct = round(sum(gains), 4)
+    return plan
+
+
+def _name_hit(card: SkillCard, k: KernelStat) -> bool:
+    try:
+        rx = compile_card_regex(card.regex)
+    except RegexRejected:
+        return False
+    return any(rx.search(f) for f in name_forms(k.name, k.demangled))
+
+
+def _merge(items: list[PlanItem]) -> list[PlanItem]:
+    """Several kernels (or ops) of one layer planned to the same card, shape and recipe are one run."""
+    merged: dict[tuple, PlanItem] = {}
+    order: list[PlanItem] = []
+    for it in items:
+        if it.shape is None:
+            order.append(it)
+            continue
+        key = (it.skill_id, tuple(sorted(it.shape.items())), it.recipe, it.shape_provenance)
+        if key not in merged:
+            merged[key] = it
+            order.append(it)
+            continue
+        first = merged[key]
+        first.pct_gpu = round(first.pct_gpu + it.pct_gpu, 4)
+        first.projected_e2e_gain_pct = projected_gain_pct(first.pct_gpu, first.expected_speedup)
+        if it.kernel != first.kernel and f"also replaces {it.kernel[:80]}" not in first.notes:
+            first.notes.append(f"also replaces {it.kernel[:80]}")
+        for n in it.notes:
+            if n not in first.notes:
+                first.notes.append(n)
+    return order
+
+
+# ------------------------------------------------------------------------------------ text
+PLAN_HEADER = ("[bold]Plan[/] (expected speedup: the current GPU measurement of the same card, recipe, shape and device "
+               "class where one exists, else the card's prior)")
+
+
+def _lever_scope(it: PlanItem) -> str:
+    shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items())
+    if not it.lever_measured_on:
+        return "no measured shape named"
+    if shape in it.lever_measured_on:
+        return "measured on this shape" + (f" and {len(it.lever_measured_on) - 1} other(s)" if len(it.lever_measured_on) > 1 else "")
+    return "measured on " + "; ".join(it.lever_measured_on[:3]) + (" …" if len(it.lever_measured_on) > 3 else "") + ", not this shape"
+
+
+def item_lines(i: int, it: PlanItem) -> list[str]:
+    """Rich-markup lines for one plan item (the CLI prints them; every dynamic string is escaped)."""
+    import json
+
+    from skillrun.io.termtext import safe as x  # controls and markup escaped (card and trace text)
+    from skillrun.evidence.verdict import speed_style
+
+    shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
+    lines = [f"[bold][{i}][/] {x(it.skill_id)}  {x(shape)}  [dim]({x(it.shape_provenance)}, {it.pct_gpu:.2f}% of GPU time)[/]"]
+    if it.recipe:
+        tag = " [bold yellow]UNTUNED[/]" if it.untuned else ""
+        lines.append(f"    recipe [bold]{x(it.recipe)}[/]{tag} → {x(str(it.kernel_ref))} {x(json.dumps(it.config))}")
+        if it.lever:
+            lines.append(f"    the card's lever [dim]({x(_lever_scope(it))})[/]: {x(it.lever)}")
+        if it.loses:
+            lines.append(f"    the card's 'loses' [dim](same shapes)[/]: {x('; '.join(it.loses))}")
+    refs = it.references
+    base = ", ".join(f"{k}={v}" for k, v in refs.get("baseline", {}).items())
+    lines.append(f"    references: oracle {x(str(refs.get('oracle', '—')))}; baseline {x(base or '—')}")
+    if it.expected_speedup:
+        gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "—"
+        if it.expected_source == "measured" and it.evidence:
+            ev = it.evidence
+            noise = f"A/A noise {ev['noise_pct']:.2f}%" if ev.get("noise_pct") is not None else "no A/A noise"
+            # Coloured by what the ratio means (faster green, slower amber, within noise plain), never by where it came from.
+            style = " ".join(("bold", speed_style(ev.get("speed") or "not_timed"))).strip()
+            lines.append(f"    expected [{style}]{it.expected_speedup:.3f}×[/] measured on {x(ev['device'])} vs {x(str(ev['versus']))}"
+                         f" ({noise}, {x(ev['speed'].replace('_', ' '))}; {x(str(ev.get('timing_mode') or ''))}, commit {x(ev['commit'])})"
+                         f" → projected end-to-end gain f·(1−1/s) = {gain}")
+            lines.append(f"    evidence: {x(ev['path'])} ({x(ev['age'])}, shape {x(_shape_words(ev['shape'], tuple(ev['shape'])))})")
+        else:
+            vs = f", a ratio against {x(it.prior_versus)}" if it.prior_versus else ", against no named reference"
+            lines.append(f"    expected {it.expected_speedup:.2f}× [yellow]card prior[/] (not measured for this shape and device{vs})"
+                         f" → projected end-to-end gain f·(1−1/s) = {gain}")
+    if it.next_command:
+        lines.append(f"    next: [bold]{x(it.next_command)}[/]")
+    for n in it.notes:
+        lines.append(f"    [yellow]note:[/] {x(n)}")
+    return lines
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The plan as rich-markup lines, ending with the coverage (also when nothing was planned)."""
+    if not plan.items:
+        return _coverage_markup(plan)
+    lines = [PLAN_HEADER]
+    for i, it in enumerate(plan.items, 1):
+        lines += item_lines(i, it)
+    if plan.projected_gain_pct is not None:
+        measured = sum(it.expected_source == "measured" for it in plan.items)
+        lines.append(f"[bold]Projected end-to-end gain[/]: {plan.projected_gain_pct:.2f}% of GPU time, keeping the baseline where "
+                     f"the port is slower ({plan.projected_gain_all_pct:.2f}% if every item were adopted); "
+                     f"{measured} of {len(plan.items)} item(s) quote a measurement, the rest the card's prior")
+    todo = [it for it in plan.items if it.next_command]
+    if todo:
+        lines.append(f"{len(todo)} item(s) without a measurement: run the [bold]next:[/] command of each")
+    return lines + _coverage_markup(plan)
+
+
+def _coverage_markup(plan: Plan) -> list[str]:
+    from rich.markup import escape
+
+    from skillrun.analysis.coverage import coverage_lines
+    from skillrun.io.termtext import plain
+
+    lines = coverage_lines(plan.coverage)
+    return [f"[bold]{escape(plain(ln))}[/]" if i == 0 else escape(plain(ln)) for i, ln in enumerate(lines)]
+
+
+def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
+    """The one line that answers `skill-run --profile` / `plan`, printed first (rich markup): what
+    matched, its share of GPU time, the projected gain (coloured by meaning) and what to do next."""
+    from skillrun.io.termtext import safe as x
+
+    if not plan.items:
+        return (f"[bold]Answer:[/] no skill card matches a hot kernel of this profile; "
+                f"`skill-run match {x(trace)}` shows each card's criteria and near misses")
+    share = sum(it.pct_gpu for it in plan.items)
+    measured = sum(it.expected_source == "measured" for it in plan.items)
+    gain = plan.projected_gain_pct
+    if gain is None:
+        gain_text = "projected gain unknown (no expected speedup)"
+    else:
+        style = "green" if gain > 0.005 else ("yellow" if gain < -0.005 else "")
+        words = f"projected end-to-end gain {gain:+.2f}% of GPU time"
+        gain_text = f"[{style}]{words}[/]" if style else words
+    todo = [it for it in plan.items if it.next_command]
+    if todo:
+        nxt = f"next: measure the {len(todo)} unmeasured item(s) on a GPU (`{x(todo[0].next_command)}`" + (", …)" if len(todo) > 1 else ")")
+    elif gain is not None and gain <= 0.005:
+        nxt = "next: keep the production kernels (the measured ports are not faster here)"
+    else:
+        nxt = "next: adopt the ports of the items with a gain, or confirm end to end with `skill-run e2e`"
+    return (f"[bold]Answer:[/] {matched_cards} card(s) match {share:.1f}% of GPU time in {len(plan.items)} shape(s); "
+            f"{gain_text} ({measured} measured, {len(plan.items) - measured} card prior); {nxt}")
