@@ -90,7 +90,7 @@ def test_index_labels_current_superseded_and_stale(labelled):
     assert by["old"].status == "superseded" and by["old"].superseded_by == by["new"].path
     assert by["new"].superseded == [by["old"]]
     assert by["stale"].status == "current" and by["stale"].stale
-    assert any("kernel source kernels/toykern.py changed" in r for r in by["stale"].stale_reasons)
+    assert any("kernel source kernels/skillrun_kernels/toykern.py changed" in r for r in by["stale"].stale_reasons)
     assert by["edited"].card_edited and not by["edited"].stale
     assert by["config"].stale and "config changed" in by["config"].stale_reasons[0]
     assert ev.counts() == {"artifacts": 5, "current": 4, "superseded": 1, "stale_current": 2, "invalid": 0}
@@ -138,13 +138,13 @@ def test_an_edited_helper_stales_the_artifacts_that_recorded_it_and_not_older_on
     fresh, old = judged()
     assert fresh.stale and not old.stale, old.stale_reasons
     (reason,) = fresh.stale_reasons
-    assert reason.startswith("the kernel helper kernels/_shared/tiles.py (skillrun_kernels._shared.tiles, imported by skillrun_kernels.toykern) changed")
+    assert reason.startswith("the kernel helper kernels/skillrun_kernels/_shared/tiles.py (skillrun_kernels._shared.tiles, imported by skillrun_kernels.toykern) changed")
     # an edit of the kernel module itself stales both, each with the reason it always had
     (k / "toykern.py").write_text(port + "# tuned\n")
     fresh, old = judged()
-    assert any(r.startswith("the kernel source kernels/toykern.py changed") for r in fresh.stale_reasons)
+    assert any(r.startswith("the kernel source kernels/skillrun_kernels/toykern.py changed") for r in fresh.stale_reasons)
     assert len(fresh.stale_reasons) == 2
-    assert [r[:len("the kernel source kernels/toykern.py changed")] for r in old.stale_reasons] == ["the kernel source kernels/toykern.py changed"]
+    assert [r[:len("the kernel source kernels/skillrun_kernels/toykern.py changed")] for r in old.stale_reasons] == ["the kernel source kernels/toykern.py changed"]
     # a helper gone since the run is named, not skipped
     (k / "toykern.py").write_text(port)
     (k / "_shared" / "tiles.py").unlink()
