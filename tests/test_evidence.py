@@ -144,7 +144,7 @@ def test_an_edited_helper_stales_the_artifacts_that_recorded_it_and_not_older_on
     fresh, old = judged()
     assert any(r.startswith("the kernel source kernels/skillrun_kernels/toykern.py changed") for r in fresh.stale_reasons)
     assert len(fresh.stale_reasons) == 2
-    assert [r[:len("the kernel source kernels/skillrun_kernels/toykern.py changed")] for r in old.stale_reasons] == ["the kernel source kernels/toykern.py changed"]
+    assert [r[:len("the kernel source kernels/skillrun_kernels/toykern.py changed")] for r in old.stale_reasons] == ["the kernel source kernels/skillrun_kernels/toykern.py changed"]
     # a helper gone since the run is named, not skipped
     (k / "toykern.py").write_text(port)
     (k / "_shared" / "tiles.py").unlink()
