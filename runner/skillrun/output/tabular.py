@@ -56,13 +56,17 @@ def _shape_text(shape: Optional[dict]) -> str:
 
 
 def _rate_cells(a: dict[str, Any]) -> dict[str, Any]:
-    return {"tflops": a.get("tflops"), "tbps": a.get("tbps"), "pct_peak": a.get("pct_peak"), "bound": a.get("bound"),
+    """``pct_attainable``: share of the roofline, min(peak, intensity × bandwidth); ``pct_peak``: of the datasheet peak."""
+    return {"tflops": a.get("tflops"), "tbps": a.get("tbps"), "flop_per_byte": a.get("flop_per_byte"),
+            "attainable_tflops": a.get("attainable_tflops"), "attainable_tbps": a.get("attainable_tbps"),
+            "pct_attainable": a.get("pct_attainable"), "pct_peak": a.get("pct_peak"), "bound": a.get("bound"),
             "model_na": bool(a.get("model_na")) if a else None}
 
 
 KERNEL_COLUMNS = ["rank", "row", "kernel", "demangled", "category", "offered_to_cards", "pct_gpu", "total_ms", "calls",
                   "mean_us", "median_us", "std_us", "min_us", "max_us", "op", "shape", "dtype", "input_dims",
-                  "shape_provenance", "tflops", "tbps", "pct_peak", "bound", "model_na", "grid", "block", "launch"]
+                  "shape_provenance", "tflops", "tbps", "flop_per_byte", "attainable_tflops", "attainable_tbps",
+                  "pct_attainable", "pct_peak", "bound", "model_na", "grid", "block", "launch"]
 
 
 def kernel_rows(data: dict[str, Any]) -> Rows:
