@@ -481,3 +481,16 @@ def test_report_judges_a_memory_bound_artifact_against_the_roofline():
         assert _roofline_share(r) == pytest.approx(share, abs=1e-3)
         assert _roofline_share(r) > r["pct_of_peak"]
         assert _row(r)[COLUMNS.index("% roofline")].startswith(f"{share:.3g}"[:3])
+
+
+def test_narrow_names_keep_the_words_that_tell_kernels_apart():
+    """At 80 columns the two nvjet kernels of the bundled trace differ only in their cluster shape
+    (2x1 vs 4x1) and share the scale tag a card matches on (Ablk128): both stay visible, and a
+    shape is wrapped, never cut."""
+    text = _kernels_table(EXAMPLE, 80)
+    rows = [ln for ln in text.splitlines() if ln[:3].strip().isdigit()]
+    assert len(rows) == 2
+    assert all("Ablk128" in r and r.split()[-1].startswith("nvjet") for r in rows)
+    assert "2x1" in rows[0] and "4x1" in rows[1]
+    for shape in ("4096×65536×1536", "64×7168×2048"):
+        assert shape in text
