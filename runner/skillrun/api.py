@@ -90,12 +90,13 @@ def hot_kernels(profile: Profile, top: int | None = 20) -> dict[str, Any]:
     return _hot(profile, top)
 
 
-def compare_profiles(a: Profile, b: Profile) -> dict[str, Any]:
-    """Trace B against trace A per (kernel, launching op, shape, dtype): time, calls and rate in
-    each, their deltas, and the rows that appeared or disappeared (`skill-run kernels A B`)."""
+def compare_profiles(a: Profile, b: Profile, by: str = "kernel") -> dict[str, Any]:
+    """Trace B against trace A per (kernel, launching op, shape, dtype): time, calls, time per call
+    and rate in each, their deltas, and the rows that appeared or disappeared (`skill-run kernels A B`);
+    ``by="op"`` pairs (op, shape, dtype) rows across kernel names (two vendors, one model)."""
     from skillrun.analysis.trace_diff import compare
 
-    return compare(a, b)
+    return compare(a, b, by=by)
 
 
 def doctor(flydsl_timeout_s: float = 120.0) -> dict[str, Any]:
