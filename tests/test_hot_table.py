@@ -494,3 +494,64 @@ def test_narrow_names_keep_the_words_that_tell_kernels_apart():
     assert "2x1" in rows[0] and "4x1" in rows[1]
     for shape in ("4096×65536×1536", "64×7168×2048"):
         assert shape in text
+
+
+@needs_traces
+def test_ncu_details_keep_every_metric_the_user_ran_ncu_for():
+    import csv
+    import io
+
+    path = _TRACES / "ncu" / "nvidia_h200_fp8_scaled_mm_ncu_details.generated.csv"
+    text = path.read_text()
+    head = next(i for i, ln in enumerate(text.splitlines()) if ln.startswith('"ID"'))
+    rows = list(csv.DictReader(io.StringIO("\n".join(text.splitlines()[head:]))))
+    prof = ingest(path)
+    for k in prof.kernels:
+        mine = [x for x in rows if x["Kernel Name"] == k.name]
+        want: dict[str, list[float]] = {}
+        for x in mine:
+            try:
+                v = float(x["Metric Value"].replace(",", ""))
+            except ValueError:
+                continue
+            key = f"{x['Section Name']}: {x['Metric Name']}" + (f" [{x['Metric Unit']}]" if x["Metric Unit"] else "")
+            want.setdefault(key, []).append(v)
+        assert k.metrics.keys() == want.keys()
+        for key, vs in want.items():
+            assert k.metrics[key] == pytest.approx(sum(vs) / len(vs), rel=1e-4)
+    data = hot_kernels(prof, None)
+    r = data["kernels"][0]
+    occ = r["metrics"]["Occupancy: Achieved Occupancy [%]"]
+    from skillrun.analysis.hot_table import launch_text
+
+    assert f"achieved occupancy {occ:.3g}%" in launch_text(r) and "waves/SM" in launch_text(r)
+    out = _kernels_table(path, 200, "--details")
+    assert "SM throughput" in out and "achieved occupancy" in out
+
+
+@needs_traces
+def test_grids_are_launch_groups_and_say_so():
+    """HIP's hipExtModuleLaunchKernel (hipBLASLt) takes a grid in work-items and Kineto copies it as is;
+    it is divided by the workgroup, as rocprof's are, and every grid is labelled."""
+    import gzip
+
+    mi300 = _TRACES / "pytorch_kineto" / "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz"
+    doc = json.loads(gzip.decompress(mi300.read_bytes()))
+    ext_corr = {e["args"]["correlation"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
+                and e.get("name") == "hipExtModuleLaunchKernel"}
+    raw = {}
+    for e in doc["traceEvents"]:
+        a = e.get("args", {})
+        if e.get("cat") == "kernel" and a.get("correlation") in ext_corr and "grid" in a:
+            raw.setdefault(e["name"], (a["grid"], a["block"]))
+    assert raw
+    data = hot_kernels(ingest(mi300), None)
+    seen = 0
+    for r in data["kernels"]:
+        if r["name"] in raw and r["grid"]:
+            g, b = raw[r["name"]]
+            assert r["grid"] == [-(-x // y) for x, y in zip(g, b)] and r["grid_unit"] == "workgroups"
+            seen += 1
+    assert seen
+    assert {r["grid_unit"] for r in hot_kernels(ingest(H100), None)["kernels"] if r["grid"]} == {"blocks"}
+    assert {r["grid_unit"] for r in hot_kernels(ingest(SLICE), None)["kernels"] if r["grid"]} == {"workgroups"}

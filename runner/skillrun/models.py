@@ -86,6 +86,9 @@ class KernelStat(_Model):
     # What the trace says about how it was launched (first call seen): registers_per_thread,
     # shared_mem_bytes, vgprs, agprs, sgprs, lds_bytes, scratch_bytes, local_mem_per_thread …
     launch: dict[str, int] = Field(default_factory=dict)
+    # The profiler's own per-kernel metrics where it has them (ncu: every numeric metric of every
+    # section, "Section: Metric [unit]", the mean over the profiled launches).
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class GraphReplay(_Model):

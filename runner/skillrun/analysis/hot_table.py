@@ -211,6 +211,17 @@ def _device_of(profile: Profile, k: KernelStat):
     return dev if dev is not None else (profile.devices[0] if profile.devices else None)
 
 
+def _grid_unit(profile: Profile, k: KernelStat) -> Optional[str]:
+    """What a grid counts: every reader converts to launch groups (rocprof's and HIP's work-item grids
+    are divided by the workgroup size), called blocks on NVIDIA and workgroups on AMD."""
+    if not k.grid:
+        return None
+    dev = _device_of(profile, k)
+    arch = (dev.arch if dev else None) or profile.arch or ""
+    vendor = (dev.vendor if dev else None) or ("amd" if arch.startswith("gfx") else "nvidia" if arch.startswith("sm_") else None)
+    return {"amd": "workgroups", "nvidia": "blocks"}.get(vendor or "")
+
+
 def _peak_for(profile: Profile, k: KernelStat, peaks: PeakTable):
     dev = _device_of(profile, k)
     return peaks.lookup(dev.name if dev else None, (dev.arch if dev else None) or profile.arch)
@@ -237,7 +248,8 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
             "pct_gpu": round(k.pct_gpu, 3), "total_ms": round(k.total_us / 1e3, 4), "calls": k.calls,
             "mean_us": round(k.avg_us, 3), "min_us": k.min_us, "max_us": k.max_us,
             "median_us": k.median_us, "std_us": k.std_us,
-            "grid": k.grid, "block": k.block, "launch": dict(k.launch),
+            "grid": k.grid, "grid_unit": _grid_unit(profile, k), "block": k.block, "launch": dict(k.launch),
+            "metrics": dict(k.metrics),
             "op": op.op if op else None, "shape": op.shape if op else None, "dtype": dtype,
             "input_dims": op.input_dims if op and not op.shape else None,
             "shape_provenance": k.shape_provenance, "device": k.device,
@@ -364,12 +376,29 @@ def launch_text(r: dict[str, Any]) -> str:
     """Grid, block and the launch facts the trace carries, in one line (``--details``)."""
     parts = []
     if r.get("grid"):
-        parts.append("grid " + "×".join(str(v) for v in r["grid"]))
+        parts.append("grid " + "×".join(str(v) for v in r["grid"]) + (f" {r['grid_unit']}" if r.get("grid_unit") else ""))
     if r.get("block"):
         parts.append("block " + "×".join(str(v) for v in r["block"]))
     launch = r.get("launch") or {}
     parts += [f"{word} {launch[key]}{unit}" for key, word, unit in _LAUNCH_WORDS if key in launch]
+    m = r.get("metrics") or {}
+    parts += [f"{word} {_num(m[key])}{unit}" for key, word, unit in _METRIC_WORDS if key in m]
+    if m:
+        parts.append(f"{len(m)} profiler metrics in --json")
     return ", ".join(parts)
+
+
+# ncu's headline numbers (Speed Of Light, occupancy, waves) in the --details line; --json has all of them.
+_METRIC_WORDS = (("GPU Speed Of Light Throughput: Compute (SM) Throughput [%]", "SM throughput", "%"),
+                 ("GPU Speed Of Light Throughput: Memory Throughput [%]", "memory throughput", "%"),
+                 ("GPU Speed Of Light Throughput: DRAM Throughput [%]", "DRAM", "%"),
+                 ("Occupancy: Achieved Occupancy [%]", "achieved occupancy", "%"),
+                 ("Occupancy: Theoretical Occupancy [%]", "theoretical", "%"),
+                 ("Launch Statistics: Waves Per SM", "waves/SM", ""))
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v == int(v) else f"{v:.3g}"
 
 
 def _split(r: dict[str, Any]) -> bool:
@@ -514,7 +543,7 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
             cell.append(f"  [{plain(r['short_name'])}]", style="cyan")
         parts = [plain(p) for p in _detail(r, with_minmax=not big, with_achieved=not big, with_cat=True)]
         if details and launch_text(r):
-            parts.append(plain(launch_text(r)))
+            parts += [plain(x) for x in launch_text(r).split(", ")]
         for line in (_pack(parts, name_w - 2) if not wide else [" · ".join(parts)] if parts else []):
             cell.append("\n  " + line, style="dim")
         t.add_row(*cells, cell)

@@ -114,8 +114,11 @@ def roofline_pct(tflops: float | None, gbps: float | None, peak_tflops: float | 
 def no_peak_note(device_name: str | None, arch: str | None) -> str:
     """What the hot-kernel table says when a device has no entry above (a B200, an MI250, an A100):
     its rates stand alone, with no share of peak, no roofline and no bound."""
-    what = " ".join(x for x in (device_name, f"({arch})" if arch and arch not in (device_name or "") else None) if x)
-    return (f"no peak table for {what or 'this device (the trace names none)'}: rates are shown without a share "
+    if device_name:
+        what = device_name + (f" ({arch})" if arch and arch not in device_name else "")
+    else:
+        what = f"{arch} (the trace names no device)" if arch else "this device (the trace names none)"
+    return (f"no peak table for {what}: rates are shown without a share "
             "of peak, a roofline or a bound (skillrun.analysis.peaks lists the devices it knows)")
 
 

@@ -66,7 +66,7 @@ def _rate_cells(a: dict[str, Any]) -> dict[str, Any]:
 KERNEL_COLUMNS = ["rank", "row", "kernel", "demangled", "category", "offered_to_cards", "pct_gpu", "total_ms", "calls",
                   "mean_us", "median_us", "std_us", "min_us", "max_us", "op", "shape", "dtype", "input_dims",
                   "shape_provenance", "tflops", "tbps", "flop_per_byte", "attainable_tflops", "attainable_tbps",
-                  "pct_attainable", "pct_peak", "bound", "model_na", "grid", "block", "launch"]
+                  "pct_attainable", "pct_peak", "bound", "model_na", "grid", "grid_unit", "block", "launch", "metrics"]
 
 
 def kernel_rows(data: dict[str, Any]) -> Rows:
@@ -81,7 +81,8 @@ def kernel_rows(data: dict[str, Any]) -> Rows:
                     "min_us": r["min_us"], "max_us": r["max_us"], "op": r["op"], "shape": _shape_text(r["shape"]),
                     "dtype": r["dtype"], "input_dims": _dims(r.get("input_dims")),
                     "shape_provenance": r["shape_provenance"], **_rate_cells(r["achieved"]),
-                    "grid": _xyz(r.get("grid")), "block": _xyz(r.get("block")), "launch": r.get("launch") or None})
+                    "grid": _xyz(r.get("grid")), "grid_unit": r.get("grid_unit"), "block": _xyz(r.get("block")), "launch": r.get("launch") or None,
+                    "metrics": r.get("metrics") or None})
         for s in r.get("shapes") or []:
             out.append({**base, "row": "shape", "pct_gpu": s["pct_gpu"], "total_ms": s["total_ms"], "calls": s["calls"],
                         "mean_us": s["mean_us"], "op": s["op"], "shape": _shape_text(s["shape"]), "dtype": s["dtype"],
