@@ -291,7 +291,11 @@ class AgentTools:
                        verdict=e.summary.verdict, recorded_verdict=e.summary.recorded_verdict,
                        verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
             rows.append(row)
-        return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
+        # counted as `report` and `lint` count them: validation artifacts, e2e records, tuning artifacts
+        from skillrun.evidence.inventory import counts as evidence_counts
+
+        counts = evidence_counts(build_index(self.index, [folder]), folder) if files and not skill_id else None
+        return ok(folder=self._rel(folder), total=len(files), counts=counts, shown=len(rows), artifacts=rows,
                   hint=("read one with read_validation(path=...); quote only status=current, stale=false rows as evidence"
                         if rows else "no validation artifacts yet"))
 

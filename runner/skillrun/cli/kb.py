@@ -30,7 +30,11 @@ def lint_cmd():
         for w in rep.warnings:
             err.print(f"[yellow]warning:[/] {safe(w)}", highlight=False)
         c = rep.checked
-        msg = f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, {c.get('artifacts', 0)} validation artifacts checked"
+        from skillrun.evidence.inventory import counts_text
+
+        msg = (f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, "
+               + counts_text({"validation_artifacts": c.get("artifacts", 0), "e2e_records": c.get("e2e_records", 0),
+                              "tuning_artifacts": c.get("tuning_artifacts", 0)}) + " checked")
         if rep.warnings:
             msg += f"; {len(rep.warnings)} warning(s) above"
         console().print(("[green]lint ok:[/] " if rep.ok else f"[red]lint failed ({len(rep.errors)} errors):[/] ") + msg)

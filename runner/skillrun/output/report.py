@@ -321,7 +321,9 @@ def _counts_text(ev: EvidenceIndex) -> str:
              f"{c['superseded']} superseded", f"{c['stale_current']} of the current are stale"]
     if c["invalid"]:
         parts.append(f"{c['invalid']} invalid file(s)")
-    return f"{c['artifacts']} artifact(s): " + ", ".join(parts)
+    if ev.e2e:  # counted as `lint` and read_validation count them (skillrun.evidence.inventory)
+        parts.append(f"and {len(ev.e2e)} e2e record{'' if len(ev.e2e) == 1 else 's'}")
+    return f"{c['artifacts']} validation artifact(s): " + ", ".join(parts)
 
 
 SUMMARY_COLUMNS = ["shape class", "shape", "device", "verdict", "speedup vs production (A/A noise)", "parity port · references",
