@@ -37,9 +37,10 @@ def load_index(kb: str | Path | None = None, check: bool = True) -> SkillIndex:
 
 
 def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
-    from skillrun.ingest import ingest
+    """The trace as a :class:`Profile`; a trace with no GPU kernel execution is an InputError (exit 3)."""
+    from skillrun.ingest import ingest, require_kernels
 
-    return ingest(path, arch=check_arch(arch), progress=progress)
+    return require_kernels(ingest(path, arch=check_arch(arch), progress=progress))
 
 
 def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchReport:

@@ -170,6 +170,36 @@ def is_communication(name: str, demangled: str | None = None) -> bool:
     return kernel_category(name, demangled) == "communication"
 
 
+# ------------------------------------------------------------------------------------ dtypes
+_DT = r"(?:bf16|fp16|f16|fp32|f32|fp8|f8|e4m3|e5m2|mxfp4|mxfp6|mxfp8|nvfp4|fp4|e2m1|int4|int8|i4|i8)"
+_DT_TRIPLE = re.compile(rf"(?i)(?:^|_)({_DT})x({_DT})(?:x({_DT}))?(?=_|$)")
+# Narrow formats whose mere mention in a name says what the weights (or both operands) are.
+_DT_NARROW = re.compile(r"(?i)(?:^|[_\W])(mxfp4|mxfp6|mxfp8|nvfp4|e2m1|wint4|a16wi4|w4a16|w4a8|w8a8|int4|pk_i4)(?=$|[_\W])")
+_DT_NORM = {"f8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "f16": "fp16", "f32": "fp32", "i4": "int4", "i8": "int8",
+            "e2m1": "fp4", "wint4": "int4", "pk_i4": "int4", "a16wi4": "bf16×int4", "w4a16": "bf16×int4",
+            "w4a8": "fp8×int4", "w8a8": "int8"}
+
+
+def dtype_from_name(name: str) -> Optional[str]:
+    """The operand dtypes a kernel's name spells, where the launching op shows only its activations:
+    ``_matmul_ogs_NNT_bf16xbf16xmxfp4_…`` → ``bf16×mxfp4``, ``…_mxfp8xmxfp4_…`` → ``mxfp8×mxfp4``,
+    an aiter ``…_a16wi4_…`` → ``bf16×int4``. None when the name says nothing of it."""
+    m = _DT_TRIPLE.search(name)
+    words: list[str] = []
+    if m:
+        words = [w.lower() for w in m.groups() if w]
+    else:
+        words = [w.lower() for w in _DT_NARROW.findall(name)]
+    out: list[str] = []
+    for w in words:
+        for part in _DT_NORM.get(w, w).split("×"):
+            if part not in out:
+                out.append(part)
+    if not out or (len(out) == 1 and not m and out[0] in ("int8",)):
+        return None
+    return "×".join(out)
+
+
 # ------------------------------------------------------------------------------------ display
 def _strip_params(name: str) -> str:
     """``void ns::k<…>(int, float*)`` → ``ns::k<…>(…)``: the return type and the parameter list
