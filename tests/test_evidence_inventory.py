@@ -37,3 +37,19 @@ def test_report_lint_and_read_validation_count_the_same_files():
     assert m and int(m.group(1)) == c["validation_artifacts"]
     text = _cli("lint").stdout + _cli("lint").stderr
     assert f"{c['validation_artifacts']} validation artifact" in text
+
+
+def test_report_csv_gives_the_speedup_as_a_number():
+    import csv
+    import io
+
+    from skillrun.evidence.validation import load_artifact
+
+    rows = list(csv.DictReader(io.StringIO(_cli("report", "--format", "csv").stdout)))
+    timed = [r for r in rows if r["speedup"]]
+    assert timed
+    for r in timed:
+        rec = load_artifact(REPO / r["path"])
+        assert float(r["speedup"]) == rec["speedup"]  # a number, the artifact's own
+        assert r["speed"].startswith(f"{rec['speedup']:.3f}×")  # the sentence stays beside it
+    assert all(r["speedup"] == "" for r in rows if r not in timed)

@@ -148,18 +148,21 @@ def card_rows(rows: list[dict[str, Any]]) -> Rows:
     return CARD_COLUMNS, rows
 
 
-REPORT_COLUMNS = ["card", "shape_class", "shape", "device", "verdict", "speed", "speed_note", "port_parity",
-                  "references", "timing_mode", "commit", "date", "evidence", "path"]
+REPORT_COLUMNS = ["card", "shape_class", "shape", "device", "verdict", "speedup", "versus", "noise_pct", "speed_axis",
+                  "speed", "speed_note", "port_parity", "references", "timing_mode", "commit", "date", "evidence", "path"]
 
 
 def report_rows(ev) -> Rows:
-    """One row per current validation artifact (the report's summary table)."""
+    """One row per current validation artifact (the report's summary table). ``speedup`` and
+    ``noise_pct`` are numbers a spreadsheet can sort and compute with; ``speed`` is the sentence."""
     from skillrun.output.report import summary_rows
 
     out = []
     for r in summary_rows(ev):
+        s = r["entry"].summary
         out.append({"card": r["card"], "shape_class": r["shape_class"], "shape": r["shape"], "device": r["device"],
-                    "verdict": r["verdict"], "speed": r["speed"], "speed_note": r["speed_sub"],
+                    "verdict": r["verdict"], "speedup": s.speedup, "versus": s.versus, "noise_pct": s.noise_pct,
+                    "speed_axis": s.speed, "speed": r["speed"], "speed_note": r["speed_sub"],
                     "port_parity": r["port_parity"], "references": [t for t, _, _ in r["ref_parity"]],
                     "timing_mode": r["timing_mode"], "commit": r["commit"], "date": r["date"],
                     "evidence": r["evidence"], "path": r["path"]})
