@@ -4,6 +4,7 @@ per-device shares on multi-GPU traces."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -401,3 +402,156 @@ def test_launch_facts_from_ncu_launch_statistics():
         dyn = next(x["Metric Value"] for x in mine if x["Metric Name"] == "Dynamic Shared Memory Per Block")
         assert r["launch"]["registers_per_thread"] == int(regs.replace(",", ""))
         assert r["launch"]["dynamic_shared_mem_bytes"] == int(dyn.replace(",", ""))
+
+
+# ------------------------------------------------------------------ roofline-true rates (#38)
+def test_memory_bound_gemm_reports_its_share_of_the_roofline_not_of_compute_peak():
+    """The bundled H200 trace's 64×7168×2048 block-scale GEMM is memory-bound: its rate is judged
+    against min(peak, FLOP/byte × bandwidth), not against the fp8 compute peak it cannot reach."""
+    prof = ingest(EXAMPLE)
+    data = hot_kernels(prof, None)
+    peak = DEFAULT_PEAKS.lookup("NVIDIA H200", "sm_90")
+    small = next(r for r in data["kernels"] if r["shape"] and r["shape"]["M"] == 64)
+    a = small["achieved"]
+    k = next(k for k in prof.kernels if k.name == small["name"])
+    (o,) = [o for o in k.ops if o.shape]
+    flops = 2.0 * o.shape["M"] * o.shape["N"] * o.shape["K"]
+    nbytes = sum(math.prod(d) * (1 if "float8" in str(t).lower() else 4)
+                 for d, t in zip(o.input_dims, o.input_types) if isinstance(d, list) and d)
+    attainable = min(1979.0, flops / nbytes * peak.gbps / 1e3)
+    assert a["bound"] == "memory" and attainable < 1979.0
+    assert a["attainable_tflops"] == pytest.approx(attainable, rel=1e-3)
+    assert a["pct_attainable"] == pytest.approx(100 * a["tflops"] / attainable, abs=0.1)
+    # memory-bound: the share of the roofline is the share of HBM bandwidth the GEMM drew
+    assert a["pct_attainable"] == pytest.approx(100 * a["tbps"] / (peak.gbps / 1e3), abs=0.2)
+    assert a["pct_attainable"] > 3 * a["pct_peak"]
+    # compute-bound rows: the roofline is the compute peak
+    big = data["kernels"][0]["shapes"][0]["achieved"]
+    assert big["bound"] == "compute" and big["pct_attainable"] == big["pct_peak"]
+    # the table cell, the detail words and the CSV say the roofline share, not the compute one
+    from skillrun.analysis.hot_table import _achieved_parts, _fmt_achieved
+    from skillrun.output.tabular import kernel_rows
+
+    assert f"{a['pct_attainable']:.0f}% mem" in _fmt_achieved(a) and "TB/s" in _fmt_achieved(a)
+    assert any(f"{a['pct_attainable']:.0f}% of roofline" in p for p in _achieved_parts(a))
+    cols, rows = kernel_rows(data)
+    row = next(r for r in rows if r["row"] == "kernel" and r["kernel"] == small["name"])
+    assert row["pct_attainable"] == a["pct_attainable"] and row["bound"] == "memory"
+    text = _kernels_table(EXAMPLE, 160)
+    line = next(ln for ln in text.splitlines() if "Ablk128" in ln and "4x1" in ln)
+    assert f"{a['pct_attainable']:.0f}% mem" in line
+
+
+@needs_traces
+def test_elementwise_rows_are_judged_against_bandwidth_on_a_real_trace():
+    h100 = _TRACES / "pytorch_kineto" / "nvidia_h100_qwen1.5-0.5b_bf16.tracelens.json.gz"
+    data = hot_kernels(ingest(h100), None)
+    rows = [s["achieved"] for r in data["kernels"] if r["category"] == "elementwise" for s in r["shapes"]
+            if s["achieved"].get("tbps")]
+    assert rows
+    for a in rows:
+        assert a["bound"] == "memory" and a["pct_attainable"] == pytest.approx(100 * a["tbps"] / a["peak_tbps"], abs=0.1)
+
+
+@needs_traces
+def test_a_device_without_a_peak_table_is_named_in_a_note():
+    a100 = _TRACES / "pytorch_kineto" / "nvidia_a100_alexnet_old_int_ts.hta.json.gz"
+    data = hot_kernels(ingest(a100), None)
+    (note,) = data["peak_notes"]
+    assert "A100" in note and "no peak table" in note
+    for r in data["kernels"]:
+        assert r["achieved"].get("pct_peak") is None and r["achieved"].get("bound") is None
+    assert note in _kernels_table(a100, 200)
+    # a device that has one gets no note
+    assert hot_kernels(ingest(EXAMPLE), None)["peak_notes"] == []
+
+
+def test_report_judges_a_memory_bound_artifact_against_the_roofline():
+    """The HTML report's measurement table and the run table: a memory-bound decode shape's share
+    is its share of bandwidth, not the few percent of compute peak it was printed as."""
+    from skillrun.evidence.validation import artifact_files, load_artifact
+    from skillrun.output.report import COLUMNS, _roofline_share, _row
+
+    recs = [load_artifact(f) for f in artifact_files(REPO / "validation" / "triton_fp8_rowwise_batched_gemm_sm90")]
+    mem = [r for r in recs if (r.get("physical_limit") or {}).get("bound") == "memory" and r.get("gbps")]
+    assert mem
+    for r in mem:
+        pl = r["physical_limit"]
+        share = 100 * r["gbps"] / pl["peak_gbps"]
+        assert _roofline_share(r) == pytest.approx(share, abs=1e-3)
+        assert _roofline_share(r) > r["pct_of_peak"]
+        assert _row(r)[COLUMNS.index("% roofline")].startswith(f"{share:.3g}"[:3])
+
+
+def test_narrow_names_keep_the_words_that_tell_kernels_apart():
+    """At 80 columns the two nvjet kernels of the bundled trace differ only in their cluster shape
+    (2x1 vs 4x1) and share the scale tag a card matches on (Ablk128): both stay visible, and a
+    shape is wrapped, never cut."""
+    text = _kernels_table(EXAMPLE, 80)
+    rows = [ln for ln in text.splitlines() if ln[:3].strip().isdigit()]
+    assert len(rows) == 2
+    assert all("Ablk128" in r and r.split()[-1].startswith("nvjet") for r in rows)
+    assert "2x1" in rows[0] and "4x1" in rows[1]
+    for shape in ("4096×65536×1536", "64×7168×2048"):
+        assert shape in text
+
+
+@needs_traces
+def test_ncu_details_keep_every_metric_the_user_ran_ncu_for():
+    import csv
+    import io
+
+    path = _TRACES / "ncu" / "nvidia_h200_fp8_scaled_mm_ncu_details.generated.csv"
+    text = path.read_text()
+    head = next(i for i, ln in enumerate(text.splitlines()) if ln.startswith('"ID"'))
+    rows = list(csv.DictReader(io.StringIO("\n".join(text.splitlines()[head:]))))
+    prof = ingest(path)
+    for k in prof.kernels:
+        mine = [x for x in rows if x["Kernel Name"] == k.name]
+        want: dict[str, list[float]] = {}
+        for x in mine:
+            try:
+                v = float(x["Metric Value"].replace(",", ""))
+            except ValueError:
+                continue
+            key = f"{x['Section Name']}: {x['Metric Name']}" + (f" [{x['Metric Unit']}]" if x["Metric Unit"] else "")
+            want.setdefault(key, []).append(v)
+        assert k.metrics.keys() == want.keys()
+        for key, vs in want.items():
+            assert k.metrics[key] == pytest.approx(sum(vs) / len(vs), rel=1e-4)
+    data = hot_kernels(prof, None)
+    r = data["kernels"][0]
+    occ = r["metrics"]["Occupancy: Achieved Occupancy [%]"]
+    from skillrun.analysis.hot_table import launch_text
+
+    assert f"achieved occupancy {occ:.3g}%" in launch_text(r) and "waves/SM" in launch_text(r)
+    out = _kernels_table(path, 200, "--details")
+    assert "SM throughput" in out and "achieved occupancy" in out
+
+
+@needs_traces
+def test_grids_are_launch_groups_and_say_so():
+    """HIP's hipExtModuleLaunchKernel (hipBLASLt) takes a grid in work-items and Kineto copies it as is;
+    it is divided by the workgroup, as rocprof's are, and every grid is labelled."""
+    import gzip
+
+    mi300 = _TRACES / "pytorch_kineto" / "amd_mi300x_qwen1.5-0.5b_bf16.tracelens.json.gz"
+    doc = json.loads(gzip.decompress(mi300.read_bytes()))
+    ext_corr = {e["args"]["correlation"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
+                and e.get("name") == "hipExtModuleLaunchKernel"}
+    raw = {}
+    for e in doc["traceEvents"]:
+        a = e.get("args", {})
+        if e.get("cat") == "kernel" and a.get("correlation") in ext_corr and "grid" in a:
+            raw.setdefault(e["name"], (a["grid"], a["block"]))
+    assert raw
+    data = hot_kernels(ingest(mi300), None)
+    seen = 0
+    for r in data["kernels"]:
+        if r["name"] in raw and r["grid"]:
+            g, b = raw[r["name"]]
+            assert r["grid"] == [-(-x // y) for x, y in zip(g, b)] and r["grid_unit"] == "workgroups"
+            seen += 1
+    assert seen
+    assert {r["grid_unit"] for r in hot_kernels(ingest(H100), None)["kernels"] if r["grid"]} == {"blocks"}
+    assert {r["grid_unit"] for r in hot_kernels(ingest(SLICE), None)["kernels"] if r["grid"]} == {"workgroups"}

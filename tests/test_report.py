@@ -136,5 +136,5 @@ def test_run_table_puts_every_value_under_its_own_column(artifacts: Path):
         row = _row(rec)
         assert len(row) == len(COLUMNS)
         assert row[COLUMNS.index("verdict")] == (rec.get("verdict") or "—")
-        assert row[COLUMNS.index("% peak")].endswith("%") or row[COLUMNS.index("% peak")] == "—"
+        assert row[COLUMNS.index("% roofline")].endswith("%") or row[COLUMNS.index("% roofline")] == "—"
         assert row[COLUMNS.index("vs production")] in ("—", "yes") or row[COLUMNS.index("vs production")].startswith("no")

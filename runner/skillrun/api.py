@@ -37,9 +37,10 @@ def load_index(kb: str | Path | None = None, check: bool = True) -> SkillIndex:
 
 
 def ingest_profile(path: str | Path, arch: str | None = None, progress: ProgressFn | None = None) -> Profile:
-    from skillrun.ingest import ingest
+    """The trace as a :class:`Profile`; a trace with no GPU kernel execution is an InputError (exit 3)."""
+    from skillrun.ingest import ingest, require_kernels
 
-    return ingest(path, arch=check_arch(arch), progress=progress)
+    return require_kernels(ingest(path, arch=check_arch(arch), progress=progress))
 
 
 def match(profile: Profile, index: SkillIndex, top: int | None = None) -> MatchReport:
@@ -90,12 +91,13 @@ def hot_kernels(profile: Profile, top: int | None = 20) -> dict[str, Any]:
     return _hot(profile, top)
 
 
-def compare_profiles(a: Profile, b: Profile) -> dict[str, Any]:
-    """Trace B against trace A per (kernel, launching op, shape, dtype): time, calls and rate in
-    each, their deltas, and the rows that appeared or disappeared (`skill-run kernels A B`)."""
+def compare_profiles(a: Profile, b: Profile, by: str = "kernel") -> dict[str, Any]:
+    """Trace B against trace A per (kernel, launching op, shape, dtype): time, calls, time per call
+    and rate in each, their deltas, and the rows that appeared or disappeared (`skill-run kernels A B`);
+    ``by="op"`` pairs (op, shape, dtype) rows across kernel names (two vendors, one model)."""
     from skillrun.analysis.trace_diff import compare
 
-    return compare(a, b)
+    return compare(a, b, by=by)
 
 
 def doctor(flydsl_timeout_s: float = 120.0) -> dict[str, Any]:

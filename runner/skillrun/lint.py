@@ -213,7 +213,10 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
                 except SkillRunError as exc:
                     rep.errors.append(exc)
         ev = build_index(index, [vdir])
-        n_art += len(ev.entries)
+        from skillrun.evidence.inventory import counts as evidence_counts
+
+        inv = evidence_counts(ev, vdir)  # the same counts as `report` and the agent's read_validation
+        n_art = inv["validation_artifacts"]
         for e in ev.invalid_entries():
             rep.errors.append(SkillRunError(e.error or "not a validation artifact", path=str(e.abs_path)))
         # A card may cite an older run (as history), but should also cite the run that replaced it.
@@ -232,4 +235,6 @@ def lint(index: SkillIndex, validation_dir: Path | None = None) -> LintReport:
                 _err(rep.warnings, card, r.field, r.reason)
     rep.checked = {"skills": max(index.card_files, len(index.skills)), "facts": max(index.fact_files, len(index.facts)),
                    "artifacts": n_art}
+    if vdir.is_dir():
+        rep.checked.update(e2e_records=inv["e2e_records"], tuning_artifacts=inv["tuning_artifacts"])
     return rep

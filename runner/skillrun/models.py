@@ -86,6 +86,9 @@ class KernelStat(_Model):
     # What the trace says about how it was launched (first call seen): registers_per_thread,
     # shared_mem_bytes, vgprs, agprs, sgprs, lds_bytes, scratch_bytes, local_mem_per_thread …
     launch: dict[str, int] = Field(default_factory=dict)
+    # The profiler's own per-kernel metrics where it has them (ncu: every numeric metric of every
+    # section, "Section: Metric [unit]", the mean over the profiled launches).
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class GraphReplay(_Model):
@@ -122,6 +125,8 @@ class Profile(_Model):
     format: str  # kineto_json | rocprofv3_csv | rocpd_csv | rocprof_v2_csv | rocprof_v1_csv | rocprof_stats_csv | rocprofv3_json | rocpd_sqlite | nsys_sqlite | nsys_stats_csv | ncu_csv
     devices: list[DeviceInfo] = Field(default_factory=list)
     arch: Optional[str] = None
+    # What the trace itself says (device properties, else hipBLASLt ISA tags) when --arch gave another arch.
+    arch_from_trace: Optional[str] = None
     total_kernel_us: float = 0.0
     kernel_calls: int = 0
     kernels: list[KernelStat] = Field(default_factory=list)  # ranked, hottest first
@@ -177,10 +182,12 @@ class FamilyCoverage(_Model):
     arch: Optional[str] = None
     pct_gpu: float = 0.0
     kernels: int = 0
-    # covered: a card takes this family, dtype and arch; unknown: a GEMM whose launching op is not in
-    # the trace; not_offered: collectives
-    status: Literal["covered", "not_covered", "not_offered", "unknown"] = "not_covered"
-    cards: list[str] = Field(default_factory=list)  # the covering cards, or the nearest one when not covered
+    # covered: kernels of this family that a card matched (only those: the row's share is theirs);
+    # near_miss: kernels of a family, dtype and arch some card is for, which it did not match (the note
+    # says which criterion failed); unknown: a GEMM whose launching op is not in the trace;
+    # not_offered: collectives
+    status: Literal["covered", "near_miss", "not_covered", "not_offered", "unknown"] = "not_covered"
+    cards: list[str] = Field(default_factory=list)  # the matching cards, or the nearest one otherwise
     note: Optional[str] = None
 
 
@@ -195,10 +202,20 @@ class NearestCard(_Model):
     failed: list[str] = Field(default_factory=list)  # "criterion: reason"
 
 
+class NoMatch(_Model):
+    """Why no card matched, in one sentence, and what to do about it (the Answer line, MCP and LangChain)."""
+
+    kind: Literal["graph_capture", "arch_override", "arch_unknown", "no_card_for_arch", "near_miss",
+                  "not_covered", "op_unknown", "no_cards", "nothing_offered"]
+    reason: str
+    next: str
+
+
 class Coverage(_Model):
     families: list[FamilyCoverage] = Field(default_factory=list)  # hottest first
     nearest: list[NearestCard] = Field(default_factory=list)  # unmatched hot kernels, hottest first
     kb_families: list[str] = Field(default_factory=list)  # what each card of the knowledge base covers
+    no_match: Optional[NoMatch] = None  # set when no card matched any hot kernel
 
 
 class MatchReport(_Model):

@@ -78,13 +78,19 @@ def _shrink(data: Any, max_list: int, max_str: int) -> Any:
     return data
 
 
+# The answer and what to do next are what a caller acts on: never cut (each is a sentence or two).
+KEEP_WHOLE = ("answer", "no_match", "next")
+
+
 def fit(data: dict[str, Any], limit: int = MAX_CHARS, pointer: str | None = None) -> dict[str, Any]:
-    """`data` as is when small enough, else progressively cut down and marked as truncated."""
+    """`data` as is when small enough, else progressively cut down and marked as truncated (the
+    :data:`KEEP_WHOLE` fields stay whole)."""
     data = scrub(data)
     if len(dumps(data)) <= limit:
         return data
+    whole = {k: data[k] for k in KEEP_WHOLE if k in data and len(dumps(data[k])) <= 2000}
     for max_list, max_str in ((20, 1500), (10, 800), (5, 400), (3, 200), (2, 120), (1, 80)):
-        small = _shrink(data, max_list, max_str)
+        small = {**_shrink(data, max_list, max_str), **whole}
         small["truncated"] = True
         if pointer:
             small["full_result"] = pointer
@@ -93,7 +99,7 @@ def fit(data: dict[str, Any], limit: int = MAX_CHARS, pointer: str | None = None
     # Still too large (very wide dicts): keep only the scalar top-level fields.
     bare = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
     bare.update(truncated=True, full_result=pointer, note="result too large to show; read the full_result file")
-    return _shrink(bare, 1, 200)
+    return {**_shrink(bare, 1, 200), **whole}
 
 
 def write_analysis_json(data: dict[str, Any], validation_root: Path, stem: str) -> Path:

@@ -187,6 +187,13 @@ class AgentTools:
         analysis.profile.source = str(path)
         if getattr(analysis.plan, "profile", None) == str(pinned):
             analysis.plan.profile = str(path)
+        # Commands the analysis wrote for the user name the file as the user gave it, not the pinned descriptor.
+        nm = analysis.matches.coverage.no_match if analysis.matches.coverage is not None else None
+        if nm is not None:
+            nm.reason, nm.next = nm.reason.replace(str(pinned), str(path)), nm.next.replace(str(pinned), str(path))
+        for it in analysis.plan.items:
+            if it.next_command:
+                it.next_command = it.next_command.replace(str(pinned), str(path))
         summary = summarize_analysis(analysis, a.top)
         full = analysis.to_json(top=None)
         # An analysis is read-only: it writes into the knowledge base only when asked.
@@ -291,7 +298,11 @@ class AgentTools:
                        verdict=e.summary.verdict, recorded_verdict=e.summary.recorded_verdict,
                        verdict_text=e.summary.verdict_text, noise_pct=e.summary.noise_pct, versus=e.summary.versus)
             rows.append(row)
-        return ok(folder=self._rel(folder), total=len(files), shown=len(rows), artifacts=rows,
+        # counted as `report` and `lint` count them: validation artifacts, e2e records, tuning artifacts
+        from skillrun.evidence.inventory import counts as evidence_counts
+
+        counts = evidence_counts(build_index(self.index, [folder]), folder) if files and not skill_id else None
+        return ok(folder=self._rel(folder), total=len(files), counts=counts, shown=len(rows), artifacts=rows,
                   hint=("read one with read_validation(path=...); quote only status=current, stale=false rows as evidence"
                         if rows else "no validation artifacts yet"))
 
@@ -351,12 +362,24 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
                      "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
                      "notes": it.notes})
     matched = sorted({m.skill_id for m in a.matches.matches})
+    cov = a.matches.coverage
+    no_match = cov.no_match if cov is not None else None
     if matched:
         nxt = (f"show_skill({matched[0]!r}); then check_skill for a FlyDSL card or run_skill on a GPU for its shapes; "
                "then read_validation for the evidence")
+    elif no_match is not None:
+        nxt = f"no card matched: {no_match.reason}. Tell the user; what they can do: {no_match.next}"
     else:
-        nxt = "no card matched; look at near_misses for what is missing (often --arch or a shape) and tell the user"
+        nxt = "no card matched; look at near_misses and coverage for what is missing (often --arch or a shape) and tell the user"
+    from rich.text import Text
+
+    from skillrun.plan.planner import answer_line
+
+    # The CLI's first line, word for word (without its colours): the same reasons reach every caller.
+    answer = Text.from_markup(answer_line(a.plan, len(matched), str(p.source))).plain
     return ok(
+        answer=answer,
+        no_match=no_match.model_dump() if no_match is not None else None,
         untrusted_data=UNTRUSTED_NOTE,
         profile={"file": Path(p.source).name, "format": p.format, "arch": p.arch,
                  "devices": [{"name": d.name, "arch": d.arch} for d in p.devices],
@@ -370,6 +393,9 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         matches=[_match(m, False) for m in a.matches.matches],
         near_misses=[_match(m, True) for m in a.matches.near_misses],
         unmatched_hot=a.matches.unmatched_hot[:5],
+        coverage=({"families": [f.model_dump() for f in cov.families],
+                   "nearest": [{"kernel": n.kernel[:160], "pct_gpu": n.pct_gpu, "card": n.card, "failed": n.failed}
+                               for n in cov.nearest[:5]]} if cov is not None else None),
         plan=plan,
         plan_warnings=a.plan.warnings,
         projected_gain_pct=a.plan.projected_gain_pct,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from skillrun.analysis.peaks import DEFAULT_PEAKS, PeakTable
+from skillrun.analysis.peaks import DEFAULT_PEAKS, PeakTable, no_peak_note
 from skillrun.models import KernelStat, OpCall, Profile
 from skillrun.ingest.names import CATEGORIES, demangle_many, display_names
 
@@ -83,9 +83,35 @@ def _gemm_bytes(o: OpCall) -> Optional[float]:
     return float(batch * (sh["M"] * sh["K"] + sh["K"] * sh["N"] + sh["M"] * sh["N"]) * e)
 
 
+def _roofline(out: dict[str, Any], tflops: float, intensity: Optional[float], peak) -> None:
+    """Add the roofline's view of a GEMM rate: what is attainable at its arithmetic intensity on this
+    device, min(compute peak, intensity × bandwidth), the rate as a share of that, and the bound.
+
+    A share of the *compute* peak alone says nothing of a memory-bound GEMM (an M=64 decode GEMM at
+    31 % of what its intensity allows read 9 % of peak). Without the bytes (no intensity) the
+    attainable rate is unknown and only the share of the compute peak is given."""
+    pk = out.get("peak_tflops")
+    if not pk or intensity is None or not peak.gbps:
+        return
+    mem_roof = intensity * peak.gbps / 1e3  # FLOP/byte × GB/s = GFLOP/s → TFLOP/s
+    attainable = min(pk, mem_roof)
+    out.update(flop_per_byte=round(intensity, 1), ridge_flop_per_byte=round(pk * 1e12 / (peak.gbps * 1e9), 1),
+               bound="compute" if mem_roof >= pk else "memory", attainable_tflops=round(attainable, 2))
+    pct = 100.0 * tflops / attainable if attainable > 0 else None
+    if pct is not None and pct > 100.0:
+        # Faster than HBM could feed it at this intensity: the inputs were (partly) in L2 already.
+        out.update(pct_attainable=None, above_roofline=True,
+                   note=f"{pct:.0f}% of the HBM roofline: its inputs were likely served from cache (L2), not HBM")
+    else:
+        out["pct_attainable"] = round(pct, 1) if pct is not None else None
+
+
 def _rate(k_category: str, ops: list[OpCall], peak, dtype: Optional[str]) -> dict[str, Any]:
-    """TFLOP/s (GEMM) or input TB/s over ``ops`` (calls of one kernel), the share of the device
-    peak and the bound (compute/memory) from FLOP/byte against the device's ridge point.
+    """TFLOP/s (GEMM) or input TB/s over ``ops`` (calls of one kernel), the share of what the device
+    can attain at that arithmetic intensity (the roofline, see :func:`_roofline`) and the bound.
+
+    ``pct_attainable`` is the share of the roofline (what the table shows); ``pct_peak`` stays the
+    share of the datasheet's compute peak (GEMMs) or bandwidth (memory-bound kernels).
 
     A rate above the device's peak cannot be real: the work model does not fit the kernel (a
     gather reads a few rows of the table it is given, a fused kernel skips an input), so the rate
@@ -108,15 +134,15 @@ def _rate(k_category: str, ops: list[OpCall], peak, dtype: Optional[str]) -> dic
             return {}
         tflops = flops / (time * 1e-6) / 1e12
         out = {"tflops": round(tflops, 2), "basis": "2·M·N·K per call from the recovered shape"}
+        known = bytes_known and nbytes > 0
+        if known:
+            # the bandwidth the GEMM drew (a lower bound: each byte counted once): what a decode GEMM is judged by
+            out["tbps"] = round(nbytes / (time * 1e-6) / 1e12, 3)
         if peak is not None:
             pk, key = peak.flops_peak(dtype)
             out.update(peak_tflops=pk, peak_dtype=key, pct_peak=round(100.0 * tflops / pk, 1) if pk else None,
                        peak_device=peak.name)
-            if bytes_known and nbytes > 0 and peak.gbps:
-                intensity = flops / nbytes
-                ridge = pk * 1e12 / (peak.gbps * 1e9)
-                out.update(flop_per_byte=round(intensity, 1), ridge_flop_per_byte=round(ridge, 1),
-                           bound="compute" if intensity >= ridge else "memory")
+            _roofline(out, tflops, flops / nbytes if known else None, peak)
     elif k_category in ("elementwise", "reduction", "memcpy"):
         nbytes = time = 0.0
         for o in ops:
@@ -129,18 +155,18 @@ def _rate(k_category: str, ops: list[OpCall], peak, dtype: Optional[str]) -> dic
         tbps = nbytes / (time * 1e-6) / 1e12
         out = {"tbps": round(tbps, 3), "basis": "tensor inputs read per call (a lower bound: outputs are not in the trace)"}
         if peak is not None and peak.gbps:
-            out.update(peak_tbps=peak.gbps / 1e3, pct_peak=round(100.0 * tbps / (peak.gbps / 1e3), 1),
-                       peak_device=peak.name)
-            # A few FLOPs per element at most: far below any GPU's ridge point.
-            out["bound"] = "memory"
+            pct = round(100.0 * tbps / (peak.gbps / 1e3), 1)
+            # A few FLOPs per element at most: far below any GPU's ridge point, so the roof is the bandwidth.
+            out.update(peak_tbps=peak.gbps / 1e3, pct_peak=pct, pct_attainable=pct, attainable_tbps=peak.gbps / 1e3,
+                       peak_device=peak.name, bound="memory")
     else:
         return {}
     pct = out.get("pct_peak")
     if pct is not None and pct > 100.0:
-        unit = "TFLOP/s" if "tflops" in out else "TB/s"
-        value = out.pop("tflops", None) or out.pop("tbps", None)
-        out.pop("pct_peak", None)
-        out.pop("bound", None)
+        unit = "TFLOP/s" if k_category == "gemm" else "TB/s"
+        value = out.pop("tflops", None) if k_category == "gemm" else out.pop("tbps", None)
+        for key in ("tbps", "pct_peak", "pct_attainable", "bound", "attainable_tflops", "attainable_tbps", "above_roofline", "note"):
+            out.pop(key, None)
         out.update(model_na=True, model_value=value,
                    reason=f"the work model gives {value} {unit}, {pct:.0f}% of the {peak.name} peak: "
                           "impossible, so the model does not fit this kernel (e.g. it reads only part of an input)")
@@ -180,10 +206,24 @@ def _shape_rows(k: KernelStat, peak) -> list[dict[str, Any]]:
     return rows
 
 
-def _peak_for(profile: Profile, k: KernelStat, peaks: PeakTable):
+def _device_of(profile: Profile, k: KernelStat):
     dev = next((d for d in profile.devices if k.device is not None and d.index == k.device), None)
-    if dev is None and profile.devices:
-        dev = profile.devices[0]
+    return dev if dev is not None else (profile.devices[0] if profile.devices else None)
+
+
+def _grid_unit(profile: Profile, k: KernelStat) -> Optional[str]:
+    """What a grid counts: every reader converts to launch groups (rocprof's and HIP's work-item grids
+    are divided by the workgroup size), called blocks on NVIDIA and workgroups on AMD."""
+    if not k.grid:
+        return None
+    dev = _device_of(profile, k)
+    arch = (dev.arch if dev else None) or profile.arch or ""
+    vendor = (dev.vendor if dev else None) or ("amd" if arch.startswith("gfx") else "nvidia" if arch.startswith("sm_") else None)
+    return {"amd": "workgroups", "nvidia": "blocks"}.get(vendor or "")
+
+
+def _peak_for(profile: Profile, k: KernelStat, peaks: PeakTable):
+    dev = _device_of(profile, k)
     return peaks.lookup(dev.name if dev else None, (dev.arch if dev else None) or profile.arch)
 
 
@@ -192,17 +232,24 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
     kernels = profile.kernels[:top] if top else profile.kernels
     dem = demangle_many([k.name for k in kernels if k.demangled is None and k.name.startswith("_Z")])
     rows = []
+    peak_notes: list[str] = []
     for i, k in enumerate(kernels, 1):
         op = _main_op(k)
         dtype = op.dtype if op else None
         peak = _peak_for(profile, k, peaks)
+        if peak is None:
+            dev = _device_of(profile, k)
+            note = no_peak_note(dev.name if dev else None, (dev.arch if dev else None) or profile.arch)
+            if note not in peak_notes:
+                peak_notes.append(note)
         demangled = k.demangled or (dem.get(k.name) if dem.get(k.name) != k.name else None)
         rows.append({
             "rank": i, "name": k.name, "demangled": demangled, "short_name": k.short_name, "category": k.category,
             "pct_gpu": round(k.pct_gpu, 3), "total_ms": round(k.total_us / 1e3, 4), "calls": k.calls,
             "mean_us": round(k.avg_us, 3), "min_us": k.min_us, "max_us": k.max_us,
             "median_us": k.median_us, "std_us": k.std_us,
-            "grid": k.grid, "block": k.block, "launch": dict(k.launch),
+            "grid": k.grid, "grid_unit": _grid_unit(profile, k), "block": k.block, "launch": dict(k.launch),
+            "metrics": dict(k.metrics),
             "op": op.op if op else None, "shape": op.shape if op else None, "dtype": dtype,
             "input_dims": op.input_dims if op and not op.shape else None,
             "shape_provenance": k.shape_provenance, "device": k.device,
@@ -225,7 +272,7 @@ def hot_kernels(profile: Profile, top: Optional[int] = 20, peaks: PeakTable = DE
                        idle_ms=round((d.idle_us or 0) / 1e3, 4),
                        idle_pct=round(100.0 * (d.idle_us or 0) / d.span_us, 2))
         devices.append(row)
-    return {"kernels": rows, "categories": cats, "devices": devices,
+    return {"kernels": rows, "categories": cats, "devices": devices, "peak_notes": peak_notes,
             "listed_devices": len(profile.devices), "total_kernel_ms": round(total / 1e3, 4),
             "total_calls": profile.kernel_calls, "kernel_count": len(profile.kernels)}
 
@@ -262,17 +309,27 @@ def _fmt_shape(shape: Optional[dict[str, int]]) -> str:
         if all(k in ("M", "N", "K") for k in shape) else ",".join(f"{k}={v}" for k, v in shape.items())
 
 
+def _fmt_rate(a: dict[str, Any]) -> str:
+    """A memory-bound row's rate is its bandwidth (what limits it), a compute-bound one's its TFLOP/s."""
+    if "tflops" in a and not (a.get("bound") == "memory" and a.get("tbps") is not None):
+        return f"{a['tflops']:.0f} TF/s" if a["tflops"] >= 10 else f"{a['tflops']:.2f} TF/s"
+    return f"{a['tbps']:.2f} TB/s" if "tflops" in a else f"≥{a['tbps']:.2f} TB/s"
+
+
 def _fmt_achieved(a: dict[str, Any]) -> str:
+    """The table cell: rate, share of the roofline-attainable rate, bound (``pk``: share of the compute
+    peak, the bytes being unknown; ``>roof``: above the HBM roofline, served from cache)."""
     if not a:
         return ""
     if a.get("model_na"):
         return "model n/a"
-    if "tflops" in a:
-        s = f"{a['tflops']:.0f} TF/s" if a["tflops"] >= 10 else f"{a['tflops']:.2f} TF/s"
-    else:
-        s = f"≥{a['tbps']:.2f} TB/s"
-    if a.get("pct_peak") is not None:
-        s += f" {a['pct_peak']:.0f}%"
+    s = _fmt_rate(a)
+    if a.get("above_roofline"):
+        return s + " >roof"
+    if a.get("pct_attainable") is not None:
+        s += f" {a['pct_attainable']:.0f}%"
+    elif a.get("pct_peak") is not None:
+        return s + f" {a['pct_peak']:.0f}% pk"
     if a.get("bound"):
         s += " " + ("cmp" if a["bound"] == "compute" else "mem")
     return s
@@ -284,12 +341,21 @@ def _achieved_parts(a: dict[str, Any]) -> list[str]:
         return []
     if a.get("model_na"):
         return ["rate: model n/a", "the work model gives more than the device peak"]
-    parts = [f"{a['tflops']:.0f} TF/s" if "tflops" in a and a["tflops"] >= 10 else (
-        f"{a['tflops']:.2f} TF/s" if "tflops" in a else f"≥{a['tbps']:.2f} TB/s")]
-    if a.get("pct_peak") is not None:
-        parts.append(f"{a['pct_peak']:.0f}% of peak")
-    if a.get("bound"):
-        parts.append(f"{a['bound']}-bound")
+    parts = [f"{a['tflops']:.0f} TF/s" if a["tflops"] >= 10 else f"{a['tflops']:.2f} TF/s"] if "tflops" in a else []
+    if a.get("tbps") is not None:
+        parts.append(("" if "tflops" in a else "≥") + f"{a['tbps']:.2f} TB/s")
+    bound = f"{a['bound']}-bound" if a.get("bound") else ""
+    if a.get("above_roofline"):
+        parts.append(a.get("note") or "above the HBM roofline")
+    elif a.get("pct_attainable") is not None:
+        roof = (f" ({a['attainable_tflops']:.0f} TF/s)" if a.get("bound") == "memory" and a.get("attainable_tflops") is not None
+                else "")
+        parts.append(f"{a['pct_attainable']:.0f}% of roofline{roof}" + (f", {bound}" if bound else ""))
+        bound = ""
+    elif a.get("pct_peak") is not None:
+        parts.append(f"{a['pct_peak']:.0f}% of compute peak (bytes unknown)")
+    if bound:
+        parts.append(bound)
     return parts
 
 
@@ -310,12 +376,29 @@ def launch_text(r: dict[str, Any]) -> str:
     """Grid, block and the launch facts the trace carries, in one line (``--details``)."""
     parts = []
     if r.get("grid"):
-        parts.append("grid " + "×".join(str(v) for v in r["grid"]))
+        parts.append("grid " + "×".join(str(v) for v in r["grid"]) + (f" {r['grid_unit']}" if r.get("grid_unit") else ""))
     if r.get("block"):
         parts.append("block " + "×".join(str(v) for v in r["block"]))
     launch = r.get("launch") or {}
     parts += [f"{word} {launch[key]}{unit}" for key, word, unit in _LAUNCH_WORDS if key in launch]
+    m = r.get("metrics") or {}
+    parts += [f"{word} {_num(m[key])}{unit}" for key, word, unit in _METRIC_WORDS if key in m]
+    if m:
+        parts.append(f"{len(m)} profiler metrics in --json")
     return ", ".join(parts)
+
+
+# ncu's headline numbers (Speed Of Light, occupancy, waves) in the --details line; --json has all of them.
+_METRIC_WORDS = (("GPU Speed Of Light Throughput: Compute (SM) Throughput [%]", "SM throughput", "%"),
+                 ("GPU Speed Of Light Throughput: Memory Throughput [%]", "memory throughput", "%"),
+                 ("GPU Speed Of Light Throughput: DRAM Throughput [%]", "DRAM", "%"),
+                 ("Occupancy: Achieved Occupancy [%]", "achieved occupancy", "%"),
+                 ("Occupancy: Theoretical Occupancy [%]", "theoretical", "%"),
+                 ("Launch Statistics: Waves Per SM", "waves/SM", ""))
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v == int(v) else f"{v:.3g}"
 
 
 def _split(r: dict[str, Any]) -> bool:
@@ -344,11 +427,26 @@ def _detail(r: dict[str, Any], with_minmax: bool, with_achieved: bool, with_cat:
 
 
 def _pack(parts: list[str], width: int) -> list[str]:
-    """Detail parts joined with ' · ' into lines of at most ``width`` (a part too long is cut)."""
+    """Detail parts joined with ' · ' into lines of at most ``width``; a part too long for a line is
+    wrapped at its spaces (a shape or a dtype is never cut), only a single word longer than a whole
+    line is cut."""
     lines: list[str] = []
     cur = ""
     for p in parts:
-        p = p if len(p) <= width else p[: max(1, width - 1)] + "…"
+        if len(p) > width:
+            if cur:
+                lines.append(cur)
+                cur = ""
+            for w in p.split(" "):
+                w = w if len(w) <= width else w[: max(1, width - 1)] + "…"
+                if cur and len(cur) + 1 + len(w) > width:
+                    lines.append(cur)
+                    cur = w
+                else:
+                    cur = f"{cur} {w}" if cur else w
+            lines.append(cur)
+            cur = ""
+            continue
         if cur and len(cur) + 3 + len(p) > width:
             lines.append(cur)
             cur = p
@@ -366,6 +464,8 @@ def breakdown_lines(data: dict[str, Any], with_total: bool = True) -> list[str]:
         # The denominator of every % GPU below (per device on a multi-GPU trace, listed there).
         lines.append(f"GPU kernel time: {data['total_kernel_ms']:.3f} ms in {data['total_calls']} calls of "
                      f"{data['kernel_count']} kernels")
+    for note in data.get("peak_notes") or []:
+        lines.append(note)
     if data["categories"]:
         lines.append("GPU time by category: " + " · ".join(f"{c['category']} {c['pct']:.1f}%" for c in data["categories"]))
     devs = data["devices"]
@@ -424,7 +524,9 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
     legend = None
     if big and any((r["achieved"] or {}).get("bound") or any(x["achieved"].get("bound") for x in r.get("shapes") or [])
                    for r in rows):
-        legend = "achieved: rate and % of the device peak; cmp/mem: compute- or memory-bound (FLOP/byte vs the ridge point)"
+        legend = ("achieved: the rate and its share of the roofline, min(peak, FLOP/byte × bandwidth) at the row's "
+                  "intensity; cmp/mem: compute- or memory-bound (memory-bound rows in TB/s); pk: share of the compute "
+                  "peak where the bytes are unknown")
     t = Table(title=title, caption=legend, box=box.SIMPLE_HEAD, padding=(0, 1), expand=False, title_justify="left",
               caption_justify="left", show_edge=False, pad_edge=False)
     for c, w in cols:
@@ -441,7 +543,7 @@ def render(data: dict[str, Any], width: int, wide: bool = False, title: Optional
             cell.append(f"  [{plain(r['short_name'])}]", style="cyan")
         parts = [plain(p) for p in _detail(r, with_minmax=not big, with_achieved=not big, with_cat=True)]
         if details and launch_text(r):
-            parts.append(plain(launch_text(r)))
+            parts += [plain(x) for x in launch_text(r).split(", ")]
         for line in (_pack(parts, name_w - 2) if not wide else [" · ".join(parts)] if parts else []):
             cell.append("\n  " + line, style="dim")
         t.add_row(*cells, cell)

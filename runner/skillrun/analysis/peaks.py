@@ -100,6 +100,28 @@ DEFAULT_PEAKS = PeakTable(
 )
 
 
+def roofline_pct(tflops: float | None, gbps: float | None, peak_tflops: float | None, peak_gbps: float | None) -> float | None:
+    """A measured rate as a share of what the roofline lets it attain at its own arithmetic intensity:
+    ``tflops / min(peak_tflops, intensity × peak_gbps)`` with ``intensity = tflops / gbps``, which is
+    the larger of its share of the compute peak and its share of the bandwidth. A share of the
+    compute peak alone reads a memory-bound kernel at 9 % when it draws 31 % of what HBM allows."""
+    vals = (tflops, gbps, peak_tflops, peak_gbps)
+    if not all(isinstance(v, (int, float)) and v > 0 for v in vals):
+        return None
+    return round(100.0 * max(tflops / peak_tflops, gbps / peak_gbps), 3)  # type: ignore[operator]
+
+
+def no_peak_note(device_name: str | None, arch: str | None) -> str:
+    """What the hot-kernel table says when a device has no entry above (a B200, an MI250, an A100):
+    its rates stand alone, with no share of peak, no roofline and no bound."""
+    if device_name:
+        what = device_name + (f" ({arch})" if arch and arch not in device_name else "")
+    else:
+        what = f"{arch} (the trace names no device)" if arch else "this device (the trace names none)"
+    return (f"no peak table for {what}: rates are shown without a share "
+            "of peak, a roofline or a bound (skillrun.analysis.peaks lists the devices it knows)")
+
+
 def floor_ms(flops: float, min_bytes: float, peak: DevicePeak, dtype: str | None) -> dict[str, float | str]:
     """The physical floor for one launch: the slower of the arithmetic and the memory bound."""
     tf, key = peak.flops_peak(dtype)

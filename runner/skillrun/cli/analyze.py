@@ -4,6 +4,7 @@ entry module attaches :func:`main_cmd` as the root callback and ``COMMANDS`` as 
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,6 +18,11 @@ from skillrun.cli.common import (ARCH_HELP, FORMAT_HELP, SHAPE_HELP, TOP_HELP, W
                                  print_analysis, print_results, report_unwritten, state, term_width, unbounded, want_json)
 from skillrun.errors import EXIT_FAILURE, EXIT_NO_MATCH, EXIT_USAGE
 from skillrun.io.termtext import safe
+
+
+class DiffBy(str, Enum):
+    kernel = "kernel"
+    op = "op"
 
 
 def _progress():
@@ -194,20 +200,23 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
                 top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many hot kernels to list (at least 1)."),
                 wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
                 details: bool = typer.Option(False, "--details", help="Under each kernel, its launch facts: grid, block, registers, shared memory/LDS, VGPRs, scratch (as the trace has them)."),
+                by: DiffBy = typer.Option(DiffBy.kernel, "--by", help="With two traces: pair rows by kernel name and shape, or by (op, shape, dtype) across kernel names and vendors."),
                 fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP)):
     """Only the hot-kernel table: total GPU time, a row per kernel and per (kernel, shape) with op, dtype,
     calls, mean/median/sd/min/max, achieved throughput vs peak and the bound, GPU time by category,
     idle time and per-device totals (no matching).
 
-    With two traces: per (kernel, launching op, shape) the time, calls and rate in each, the deltas,
-    and what appeared or disappeared in B.
+    With two traces: per (kernel, launching op, shape) the time, calls and time per call in each, the
+    deltas, and what appeared or disappeared in B; --by op pairs (op, shape, dtype) rows whatever kernel
+    ran them (an MI300X trace against an H100 trace of the same model).
 
     Example: skill-run kernels trace.json.gz --top 30 --wide · skill-run kernels before.json.gz after.json.gz
+    · skill-run kernels mi300x.json.gz h100.json.gz --by op
     """
     from skillrun.analysis.hot_table import breakdown_lines, render
 
     if other is not None:
-        _compare(profile, other, arch, top, wide, out_format(fmt))
+        _compare(profile, other, arch, top, wide, out_format(fmt), by.value)
         return
     prof = api.ingest_profile(profile, arch=arch)
     data = api.hot_kernels(prof, top)
@@ -226,10 +235,10 @@ def kernels_cmd(profile: Path = typer.Argument(..., metavar="TRACE", help="Profi
     (console(max(width, 10_000)) if wide else out).print(table, crop=not wide)
 
 
-def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: str) -> None:
+def _compare(a: Path, b: Path, arch: Optional[str], top: int, wide: bool, kind: str, by: str = "kernel") -> None:
     from skillrun.analysis import trace_diff
 
-    d = api.compare_profiles(api.ingest_profile(a, arch=arch), api.ingest_profile(b, arch=arch))
+    d = api.compare_profiles(api.ingest_profile(a, arch=arch), api.ingest_profile(b, arch=arch), by=by)
     # Every row goes to a file: it is for filtering, not for reading top-down.
     if emit_machine(kind, lambda: d, lambda: trace_diff.diff_rows(d)):
         return

@@ -10,7 +10,7 @@ from rich.table import Table
 from skillrun import api
 from skillrun.output import tabular
 from skillrun.cli.common import (FORMAT_HELP, OutFormat, console, emit_json, emit_machine, err, exit_on_card_problems, guarded,
-                                 index, out_format, want_json)
+                                 index, out_format, term_width, unbounded, want_json)
 from skillrun.errors import EXIT_FAILURE
 from skillrun.io.termtext import plain_block, safe
 
@@ -30,7 +30,11 @@ def lint_cmd():
         for w in rep.warnings:
             err.print(f"[yellow]warning:[/] {safe(w)}", highlight=False)
         c = rep.checked
-        msg = f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, {c.get('artifacts', 0)} validation artifacts checked"
+        from skillrun.evidence.inventory import counts_text
+
+        msg = (f"{c.get('skills', 0)} skills, {c.get('facts', 0)} facts, "
+               + counts_text({"validation_artifacts": c.get("artifacts", 0), "e2e_records": c.get("e2e_records", 0),
+                              "tuning_artifacts": c.get("tuning_artifacts", 0)}) + " checked")
         if rep.warnings:
             msg += f"; {len(rep.warnings)} warning(s) above"
         console().print(("[green]lint ok:[/] " if rep.ok else f"[red]lint failed ({len(rep.errors)} errors):[/] ") + msg)
@@ -55,15 +59,35 @@ def list_cmd(fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORM
     if emit_machine(out_format(fmt), lambda: rows, lambda: tabular.card_rows(rows), key="cards"):
         exit_on_card_problems(idx.problems)  # an invalid card is never dropped silently
         return
-    t = Table(title=f"Skill cards ({safe(idx.root)})")
-    for col in ("id", "gens", "from → to", "recipes", "validation"):
-        t.add_column(col, overflow="fold")
+    import textwrap
+
+    from rich import box
+
+    width = term_width()
+    t = Table(title=f"Skill cards ({safe(idx.root)})", box=box.SIMPLE_HEAD, title_justify="left")
+    # A card id is what `skill-run show` takes: never wrapped, so it can be copied whole. The rest
+    # wraps between words; below 110 columns it goes on dim lines under the id, wrapped to fit.
+    stacked = not unbounded(width) and width < 110
+    t.add_column("id" + (" · gens · from → to · recipes" if stacked else ""), no_wrap=True,
+                 min_width=max((len(r["id"]) for r in rows), default=2))
+    if not stacked:
+        for col in ("gens", "from → to", "recipes"):
+            t.add_column(col, overflow="fold", ratio=3 if col == "recipes" else 1)
+    t.add_column("validation", overflow="fold", ratio=1, min_width=12)
     for r in rows:
         frm = r["from"] if isinstance(r["from"], str) else "/".join(r["from"])
         status = Text(safe(r["validation"]), style=TONE_STYLE[CARD_STATUSES.get(r["validation"], ("neutral", ""))[0]])
         if r["validation_note"]:
             status.append("\n" + safe(r["validation_note"]), style="dim")
-        t.add_row(safe(r["id"]), safe(",".join(r["gens"])), safe(f"{frm} → {r['to']}"), safe(", ".join(r["recipes"])), status)
+        gens, moves, recipes = ", ".join(r["gens"]), f"{frm} → {r['to']}", ", ".join(r["recipes"])
+        if stacked:
+            cell = Text(safe(r["id"]))
+            room = max(20, width - 20)
+            for ln in [f"{gens} · {moves}"] + textwrap.wrap("recipes: " + recipes, room - 2, break_on_hyphens=False):
+                cell.append("\n  " + safe(ln), style="dim")
+            t.add_row(cell, status)
+        else:
+            t.add_row(safe(r["id"]), safe(gens), safe(moves), safe(recipes), status)
     console().print(t)
     exit_on_card_problems(idx.problems)
 

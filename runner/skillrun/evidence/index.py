@@ -556,11 +556,10 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
             loaded.append((Path(rec.get("artifact") or "(not written)"), None if bad else rec,
                            (rec.get("reason") or "not a validation record") if bad else None))
     else:
-        for f in _files(paths if paths is not None else [ev.root / "validation"]):
-            try:
-                loaded.append((f, load_artifact(f), None))
-            except SkillRunError as exc:
-                loaded.append((f, None, exc.reason + (f" (field {exc.field})" if exc.field else "")))
+        from skillrun.evidence.cache import load_artifacts  # parsed artifacts, reused while their bytes are unchanged
+
+        for f, rec, exc in load_artifacts(_files(paths if paths is not None else [ev.root / "validation"]), load_artifact, ev.root):
+            loaded.append((f, rec, None if exc is None else exc.reason + (f" (field {exc.field})" if exc.field else "")))
     stale_cache: dict[tuple, tuple[list[str], bool]] = {}
     for f, rec, error in loaded:
         rel = kb_relative(f, ev.root)

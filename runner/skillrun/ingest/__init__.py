@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from ..errors import InputError, SkillRunError
 from ..models import Profile
 
-__all__ = ["ingest", "detect_format", "FORMATS"]
+__all__ = ["ingest", "detect_format", "FORMATS", "require_kernels"]
 
 ProgressFn = Callable[[int, int], None]
 
@@ -83,3 +83,21 @@ def ingest(path: str | Path, arch: Optional[str] = None, progress: Optional[Prog
         # A reader met input it did not expect: report it as bad input, in one line.
         raise InputError(f"cannot read {fmt} trace ({type(exc).__name__}: {str(exc)[:200]})", path=str(p)) from None
     raise InputError(f"format {fmt} has no reader", path=str(p))
+
+
+def require_kernels(profile: Profile) -> Profile:
+    """``profile`` if it holds at least one GPU kernel execution, else an :class:`InputError` (exit 3)
+    that says why: a trace with no kernel has nothing to rank or match, so it is bad input, not a
+    trace that no card matched (an empty table with exit 4 read as the latter)."""
+    if profile.kernels:
+        return profile
+    cap = profile.graph_capture
+    if cap.detected:
+        raise InputError(f"a graph-capture trace: {cap.captured_launches} kernel launch(es) were recorded into "
+                         f"{cap.captures} graph capture(s) and none ran, so there is no kernel time to analyse",
+                         path=profile.source, hint="profile steps that replay the graph (after capture), e.g. "
+                         "skill-run profile --steps 5:8 -- python workload.py")
+    raise InputError(f"no GPU kernel executions in this {profile.format} trace (only host-side activity?), so "
+                     "there is nothing to rank or match", path=profile.source,
+                     hint="record the device activity: torch.profiler activities=[CPU, CUDA] (CUDA covers ROCm too), "
+                     "as `skill-run profile` does unless --activities leaves the device out")

@@ -33,6 +33,10 @@ _ALL_CATS = (CATS_KERNEL,) + CATS_LAUNCH + (CAT_OP,)
 BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args|s|bp|cname|tts)"\s*:')
 _PREFIX_RE = re.compile(rb'"cat"(\s*:\s*)"(?:kernel|cuda_runtime|cuda_driver|cpu_op)"(\s*,\s*)"name"(\s*:\s*)"')
 _STRIP = b": ,\n\r\t{"
+# HIP launch calls whose grid is the global work size (work-items), not a count of workgroups: Kineto
+# copies it into the kernel event as it is, so hipBLASLt/Tensile kernels read 256x too wide.
+_WORK_ITEM_LAUNCHES = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
+_WORK_ITEM_LAUNCHES_B = frozenset(n.encode() for n in _WORK_ITEM_LAUNCHES)
 _GRAPH_LAUNCH = b"GraphLaunch"
 _SIG_KEYS = ("Concrete Inputs", "Input type", "Input Strides", "Input Dims")
 # Profiler-step annotations (host side; "gpu_user_annotation" is the device-side copy): they bound
@@ -176,7 +180,7 @@ class Shard:
         self.kgraph: list[int] = []
         self.kgrid: dict[int, dict] = {}  # name id → {(grid, block): calls}
         self.klaunch: dict[int, dict] = {}  # name id → launch facts of its first call (registers, shared memory)
-        self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts)
+        self.launches: dict[int, tuple] = {}  # corr → (ext, is_graph, tid, ts, grid_in_work_items)
         self.graph_launches = 0
         self.hip = False  # hip* launch APIs seen (ROCm build of torch)
         self.cuda = False
@@ -267,7 +271,7 @@ class Shard:
         if "Launch" in name:
             self.launch_tid.append(tid if isinstance(tid, int) else -1)
             self.launch_ts.append(ts)
-        self.launches[corr] = (_int(args.get("External id")), graph, tid, ts)
+        self.launches[corr] = (_int(args.get("External id")), graph, tid, ts, name in _WORK_ITEM_LAUNCHES)
 
     # ------------------------------------------------------------------ slow path: parsed events
     def add_events(self, events: Iterable[Any]) -> None:
@@ -409,7 +413,7 @@ class Shard:
                 name, tid, ts, ext, corr = m.group(2, 3, 4, 5, 6)
                 graph = _GRAPH_LAUNCH in name
                 graphs += graph
-                launches[int(corr)] = (int(ext) if ext else -1, graph, int(tid), float(ts))
+                launches[int(corr)] = (int(ext) if ext else -1, graph, int(tid), float(ts), name in _WORK_ITEM_LAUNCHES_B)
                 if b"Launch" in name:
                     self.launch_tid.append(int(tid))
                     self.launch_ts.append(float(ts))

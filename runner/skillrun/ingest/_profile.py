@@ -25,7 +25,7 @@ from skillrun.ingest import shapes
 from ..models import DeviceInfo, DeviceTime, GraphCapture, GraphReplay, KernelStat, OpCall, Profile
 from skillrun.ingest.names import kernel_category
 from skillrun.io.redact import scrub, scrub_text
-from .arch import dedupe_warnings, resolve_arch
+from .arch import dedupe_warnings, resolve_arch, trace_arch
 
 
 # No GEMM/MoE dimension reaches 2**31 (a 2**31-row fp8 operand alone is 2 GiB per column).
@@ -425,6 +425,7 @@ class ProfileBuilder:
             graph_us += k.graph_us
         stats.sort(key=lambda s: (-s.total_us, s.name))
         warnings = list(self.warnings)
+        own = trace_arch(self.devices, [s.name for s in stats[:200]]) if arch else None
         resolved = resolve_arch(self.devices, arch, (s.name for s in stats[:200]), warnings, self.vendor_hint)
         if self.captures:
             warnings.append(f"graph capture: this trace records {self.captures} stream capture(s) "
@@ -445,6 +446,7 @@ class ProfileBuilder:
                 d.name = scrub_text(d.name)
         return Profile(
             source=self.source, format=self.format, devices=self.devices, arch=resolved,
+            arch_from_trace=own if own and own != resolved else None,
             anomalies=dict(sorted(self.anomalies.items())),
             total_kernel_us=round(total, 3), kernel_calls=calls, kernels=stats,
             graph_replay=GraphReplay(detected=bool(self.graph_launches or graph_calls),

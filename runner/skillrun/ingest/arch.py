@@ -80,6 +80,50 @@ def arch_from_kernel_names(names: Iterable[str]) -> Optional[str]:
     return max(counts.items(), key=lambda kv: kv[1])[0]
 
 
+# NVIDIA kernel names carry the SM generation they were built for (cuBLAS sm90_xmma_…, nvjet_sm90_…,
+# CUTLASS cutlass3x_sm90_… / cutlass_80_…). A kernel built for sm_80 runs on sm_90 too, so these tags
+# say "at least", where hipBLASLt's ISA tags say exactly.
+_SM_TAG = re.compile(r"(?:^|[_:<])(?:sm_?|cutlass_)(\d{2,3})a?(?=_)")
+
+
+def arch_tags_in_names(names: Iterable[str]) -> tuple[Optional[str], int, str]:
+    """What kernel names say of the arch: (arch, names carrying it, "exact" | "at least").
+
+    AMD ISA tags (``ISA942``) give the one target the code object runs on (the most common wins);
+    NVIDIA tags the newest generation any kernel was built for (the device is at least that)."""
+    isa: dict[str, int] = {}
+    sm: dict[int, int] = {}
+    for n in names:
+        m = _ISA_TAG.search(n)
+        if m:
+            isa["gfx" + m.group(1)] = isa.get("gfx" + m.group(1), 0) + 1
+            continue
+        m = _SM_TAG.search(n)
+        if m and 50 <= int(m.group(1)) <= 200:
+            sm[int(m.group(1))] = sm.get(int(m.group(1)), 0) + 1
+    if isa:
+        tag, n = max(isa.items(), key=lambda kv: kv[1])
+        return tag, n, "exact"
+    if sm:
+        top = max(sm)
+        return f"sm_{top}", sm[top], "at least"
+    return None, 0, ""
+
+
+def contradicts(explicit: str, tag: Optional[str], how: str) -> bool:
+    """Does ``--arch explicit`` contradict what the kernel names say?"""
+    if not tag:
+        return False
+    if explicit.startswith("gfx") != tag.startswith("gfx"):
+        return True  # another vendor altogether
+    if how == "exact":
+        return explicit != tag
+    try:
+        return int(explicit[3:]) < int(tag[3:])  # a kernel built for sm_90 cannot run on an sm_80
+    except ValueError:
+        return False
+
+
 def _as_int(x: Any) -> Optional[int]:
     if isinstance(x, bool):
         return None
@@ -139,6 +183,15 @@ def dedupe_warnings(warnings: list[str]) -> list[str]:
     return out
 
 
+def trace_arch(devices: list[DeviceInfo], kernel_names: Iterable[str]) -> Optional[str]:
+    """The arch the trace itself gives, before any ``--arch``: its devices', else the kernel names' tag."""
+    traced = next((d.arch for d in devices if d.arch), None)
+    if traced:
+        return traced
+    tag, _, how = arch_tags_in_names(kernel_names)
+    return tag if how == "exact" else None
+
+
 def resolve_arch(devices: list[DeviceInfo], explicit: Optional[str], kernel_names: Iterable[str],
                  warnings: list[str], vendor_hint: Optional[str] = None) -> Optional[str]:
     """The profile's arch: explicit > recorded > inferred (flagged)."""
@@ -146,6 +199,12 @@ def resolve_arch(devices: list[DeviceInfo], explicit: Optional[str], kernel_name
     if explicit:
         if traced and traced != explicit:
             warnings.append(f"arch overridden: the trace says {traced}, using {explicit} as requested")
+        names = list(kernel_names)
+        tag, n, how = arch_tags_in_names(names)
+        if contradicts(explicit, tag, how):
+            warnings.append(f"--arch {explicit} contradicts the kernel names: {n} kernel name{'s carry' if n != 1 else ' carries'} "
+                            f"{'the ISA tag of' if how == 'exact' else 'a tag for'} {tag}"
+                            f"{'' if how == 'exact' else ' or newer'}; cards are matched for {explicit} as requested")
         return explicit
     if traced:
         return traced

@@ -170,6 +170,36 @@ def is_communication(name: str, demangled: str | None = None) -> bool:
     return kernel_category(name, demangled) == "communication"
 
 
+# ------------------------------------------------------------------------------------ dtypes
+_DT = r"(?:bf16|fp16|f16|fp32|f32|fp8|f8|e4m3|e5m2|mxfp4|mxfp6|mxfp8|nvfp4|fp4|e2m1|int4|int8|i4|i8)"
+_DT_TRIPLE = re.compile(rf"(?i)(?:^|_)({_DT})x({_DT})(?:x({_DT}))?(?=_|$)")
+# Narrow formats whose mere mention in a name says what the weights (or both operands) are.
+_DT_NARROW = re.compile(r"(?i)(?:^|[_\W])(mxfp4|mxfp6|mxfp8|nvfp4|e2m1|wint4|a16wi4|w4a16|w4a8|w8a8|int4|pk_i4)(?=$|[_\W])")
+_DT_NORM = {"f8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "f16": "fp16", "f32": "fp32", "i4": "int4", "i8": "int8",
+            "e2m1": "fp4", "wint4": "int4", "pk_i4": "int4", "a16wi4": "bf16×int4", "w4a16": "bf16×int4",
+            "w4a8": "fp8×int4", "w8a8": "int8"}
+
+
+def dtype_from_name(name: str) -> Optional[str]:
+    """The operand dtypes a kernel's name spells, where the launching op shows only its activations:
+    ``_matmul_ogs_NNT_bf16xbf16xmxfp4_…`` → ``bf16×mxfp4``, ``…_mxfp8xmxfp4_…`` → ``mxfp8×mxfp4``,
+    an aiter ``…_a16wi4_…`` → ``bf16×int4``. None when the name says nothing of it."""
+    m = _DT_TRIPLE.search(name)
+    words: list[str] = []
+    if m:
+        words = [w.lower() for w in m.groups() if w]
+    else:
+        words = [w.lower() for w in _DT_NARROW.findall(name)]
+    out: list[str] = []
+    for w in words:
+        for part in _DT_NORM.get(w, w).split("×"):
+            if part not in out:
+                out.append(part)
+    if not out or (len(out) == 1 and not m and out[0] in ("int8",)):
+        return None
+    return "×".join(out)
+
+
 # ------------------------------------------------------------------------------------ display
 def _strip_params(name: str) -> str:
     """``void ns::k<…>(int, float*)`` → ``ns::k<…>(…)``: the return type and the parameter list
@@ -223,9 +253,11 @@ def _mid(s: str, width: int) -> str:
     return s[:head] + "…" + (s[-tail:] if tail else "")
 
 
-def short_name(name: str, width: int) -> str:
+def short_name(name: str, width: int, keep: frozenset[str] = frozenset()) -> str:
     """A form of ``name`` at most ``width`` characters long: parameters dropped, then deep template
-    arguments elided, then the middle cut out (``…``)."""
+    arguments elided, then words cut out of the middle (``…``), the words in ``keep`` (those that
+    tell this name from a lookalike) and the tags a reader matches on (scale recipe, dtype, arch)
+    last."""
     if len(name) <= width:
         return name
     s = _strip_params(name)
@@ -236,7 +268,90 @@ def short_name(name: str, width: int) -> str:
         if len(c) <= width:
             return c
         s2 = c
-    return _mid(s2, width)
+    return _elide_words(s2, width, keep)
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]+")
+# Words a reader (and a card's regex) tells kernels apart by: scale recipe, dtype, arch/ISA, tile.
+_TAG_WORD = re.compile(
+    r"(?i)^(?:[ab](?:blk|vec)\d+|ovscale|blockscale|block|rowwise|tensorwise|abscale|pertoken\w*|"
+    r"fp(?:4|6|8|16|32)\w*|bf16\w*|f8\w*|e4m3\w*|e5m2\w*|mxfp\d+|mxf\d+|int[48]|i4|w4a16|a8w8|a16w\w*|"
+    r"isa\d+|sm_?\d+a?|gfx\d+\w*|mt\d+x\d+x\d+|moe\w*|grouped|batched|preshuffle\w*|splitk\w*|"
+    r"[bhsfi]{2,3}s?|tn[nt]?|nt[nt]?|nn[nt]?|tt[nt]?)$")
+
+
+def _elide_words(s: str, width: int, keep: frozenset[str] = frozenset()) -> str:
+    """``s`` in at most ``width`` characters by cutting whole words out of its middle (each run of cut
+    words becomes one ``…``): first the plain ones nearest the middle, then tags, never the words in
+    ``keep`` while anything else can go. The first and the last word go last of all."""
+    parts = _WORD.findall(s)
+    words = [i for i, p in enumerate(parts) if p[0].isalnum()]
+    if len(words) < 3 or "::" in s or "<" in s:
+        return _mid(s, width)  # a C++ name: its structure (namespace, function, template) is kept by the caller
+    first, last = words[0], words[-1]
+    def prio(i: int) -> float:
+        if i == first:
+            return 4.0  # the family (nvjet, Cijk, triton, ck …)
+        if parts[i] in keep:
+            return 3.0
+        if i == last and not parts[i].isdigit():
+            return 2.5  # a layout or transpose tag (TNN), not a trailing count
+        return 2.0 if _TAG_WORD.match(parts[i]) else 1.0
+
+    mid = (len(words) - 1) / 2
+    rank = {w: n for n, w in enumerate(words)}
+    kept = set(words)
+
+    def next_cut() -> int:
+        # the least important word; among equals one that widens a gap already cut (one ``…``, not
+        # many), then the one nearest the middle
+        def gap_side(i: int) -> int:
+            n = rank[i]
+            return 0 if (n > 0 and words[n - 1] not in kept) or (n + 1 < len(words) and words[n + 1] not in kept) else 1
+        return min(kept, key=lambda i: (prio(i), gap_side(i), abs(rank[i] - mid)))
+
+    def render() -> str:
+        out: list[str] = []
+        gap = False
+        pending = ""
+        seen_word = False
+        for i, p in enumerate(parts):
+            if not p[0].isalnum():
+                if not seen_word:
+                    out.append(p)
+                elif not gap:
+                    pending = p
+                continue
+            seen_word = True
+            if i in kept:
+                out.append("…" if gap else pending)
+                out.append(p)
+                gap, pending = False, ""
+            else:
+                gap, pending = True, ""
+        out.append("…" if gap else pending)
+        return "".join(out)
+
+    text = render()
+    while len(text) > width and len(kept) > 1:
+        kept.discard(next_cut())
+        text = render()
+    return text if len(text) <= width else _mid(text, width)
+
+
+def distinguishing_words(names: list[str]) -> list[frozenset[str]]:
+    """Per name, the words that tell it from its closest lookalike in ``names`` (the name sharing
+    most words with it): ``…_2x1_…`` against ``…_4x1_…`` gives {2x1} and {4x1}."""
+    sets = [set(w for w in _WORD.findall(n) if w[0].isalnum()) for n in names]
+    out = []
+    for i, ws in enumerate(sets):
+        others = [o for j, o in enumerate(sets) if j != i and names[j] != names[i]]
+        near = max(others, key=lambda o: len(ws & o), default=None)
+        diff = ws - near if near is not None and ws & near else set()
+        if len(diff) > 3:  # many words differ: the tags among them are what a reader looks for
+            diff = {w for w in diff if _TAG_WORD.match(w)}
+        out.append(frozenset(diff))
+    return out
 
 
 def _window(full: str, pos: int, width: int) -> str:
@@ -265,7 +380,8 @@ def display_names(names: list[str], width: int) -> list[str]:
     look alike: where two short forms collide, each is re-cut around its first differing
     character, and if that still collides a short hash of the full name is appended."""
     width = max(8, width)
-    shown = [short_name(n, width) for n in names]
+    keep = distinguishing_words(names) if len(names) > 1 else [frozenset()] * len(names)
+    shown = [short_name(n, width, k) for n, k in zip(names, keep)]
     for _ in range(2):
         groups: dict[str, list[int]] = {}
         for i, s in enumerate(shown):

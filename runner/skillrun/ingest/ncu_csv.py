@@ -50,10 +50,14 @@ def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
     ccs: dict[int, str] = {}
     bad_units: set[str] = set()
     facts: dict[str, dict[str, int]] = {}  # profiled launch ID → Launch Statistics facts
+    metrics: dict[str, dict[str, float]] = {}  # profiled launch ID → every numeric metric ncu reported
+    i_sec = idx.get("section name")
     for row in reader:
         if len(row) <= max(i_id, i_name, i_metric, i_unit, i_val):
             continue
         metric = row[i_metric].strip()
+        _keep_metric(metrics, row[i_id], row[i_sec] if i_sec is not None and i_sec < len(row) else "", metric,
+                     row[i_unit], row[i_val])
         key = _LAUNCH_METRICS.get(metric)
         if key is not None:
             v = row[i_val].replace(",", "").strip()
@@ -91,7 +95,44 @@ def ingest_ncu_csv(path: Path, arch: Optional[str] = None,
     for dev, cc in sorted(ccs.items()):
         ma, _, mi = cc.partition(".")
         b.devices.append(DeviceInfo(index=dev, vendor="nvidia", arch=nvidia_arch(ma, mi)))
+    prof_metrics = _per_kernel(inst, metrics)
     if not inst:
         b.warnings.append("no 'Duration' metric rows (collect with --section SpeedOfLight or --metrics gpu__time_duration)")
     b.warnings.append("ncu serializes and replays kernels: durations are per-kernel isolated, not in-application timing")
-    return b.build(arch)
+    prof = b.build(arch)
+    for k in prof.kernels:
+        k.metrics = prof_metrics.get(k.name, {})
+    return prof
+
+
+MAX_METRICS = 256  # per kernel: ncu's full set is a few hundred; a hostile file cannot grow a profile past this
+MAX_METRIC_KEY = 120
+
+
+def _keep_metric(out: dict[str, dict[str, float]], lid: str, section: str, metric: str, unit: str, value: str) -> None:
+    """Every numeric metric of a profiled launch, keyed ``Section: Metric [unit]`` (SOL %, occupancy,
+    waves per SM, …: what the user ran ncu for); text values (policies, ID lists) are left out."""
+    if not metric:
+        return
+    try:
+        v = float(value.replace(",", "").strip())
+    except ValueError:
+        return
+    if v != v or v in (float("inf"), float("-inf")):
+        return
+    unit = unit.strip()
+    key = f"{section.strip()}: {metric}" if section.strip() else metric
+    key = (key + (f" [{unit}]" if unit else ""))[:MAX_METRIC_KEY]
+    m = out.setdefault(lid, {})
+    if key in m or len(m) < MAX_METRICS:
+        m[key] = v
+
+
+def _per_kernel(inst: dict[str, tuple], metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each kernel's metrics, the mean over its profiled launches."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for lid, (name, *_rest) in inst.items():
+        acc = sums.setdefault(name, {})
+        for key, v in metrics.get(lid, {}).items():
+            acc.setdefault(key, []).append(v)
+    return {name: {k: round(sum(vs) / len(vs), 4) for k, vs in acc.items()} for name, acc in sums.items()}

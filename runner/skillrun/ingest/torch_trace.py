@@ -625,9 +625,12 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     kernel_devices: set[int] = set()
     negative = infinite = impossible = 0
     spans: dict[int, list] = {}
+    work_items: set[str] = set()  # kernels launched by a call whose grid is in work-items (hipExtModuleLaunchKernel)
     for ti, t in enumerate(tables):
         names = t["names"]
         for nid, dur, dev, g, l, key in zip(t["kname"], t["kdur"], t["kdev"], t["kgraph"], t["launch"], link[ti]):
+            if l is not None and len(l) > 4 and l[4]:
+                work_items.add(names[nid])
             if not 0.0 <= dur < MAX_CALL_US:  # one comparison per kernel: negative, infinite or impossible
                 if dur < 0:
                     negative += 1
@@ -673,7 +676,11 @@ def _link_inner(handles: list, builder: ProfileBuilder) -> None:
     for name, counts in geometry.items():
         known = {gb: n for gb, n in counts.items() if gb[0] is not None} or counts
         best = max(known.items(), key=lambda kv: (kv[1], tuple(-x for x in (kv[0][0] or ()))))[0]
-        chosen[name] = (list(best[0]) if best[0] else None, list(best[1]) if best[1] else None)
+        grid, block = (list(best[0]) if best[0] else None, list(best[1]) if best[1] else None)
+        if name in work_items and grid and block and len(grid) == len(block) and all(b > 0 for b in block):
+            # workgroups, as every other format and CUDA's blocks count them
+            grid = [-(-g // b) for g, b in zip(grid, block)]
+        chosen[name] = (grid, block)
     for (name, dev, key, graph), (dur, calls, ti, nid, lo, hi, samples) in groups.items():
         ref = None
         if key is not None:

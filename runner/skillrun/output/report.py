@@ -147,9 +147,19 @@ def _row(rec: dict[str, Any]) -> list[str]:
         speedup_text(rec),
         _vs_production(s),
         noise_text(s),
-        (_num(rec.get("pct_of_peak"), 3) + "%") if rec.get("pct_of_peak") is not None else "—",
+        (_num(_roofline_share(rec), 3) + "%") if _roofline_share(rec) is not None else "—",
         s.verdict,  # the vocabulary's word (summarize), the same as `report`
     ]
+
+
+def _roofline_share(rec: dict[str, Any]) -> float | None:
+    """The port's rate as a share of the roofline at its intensity (not of the compute peak: a
+    memory-bound shape would read a few percent while drawing most of the bandwidth)."""
+    from skillrun.analysis.peaks import roofline_pct
+
+    pl = rec.get("physical_limit") or {}
+    share = roofline_pct(rec.get("tflops"), rec.get("gbps"), pl.get("peak_tflops"), pl.get("peak_gbps"))
+    return share if share is not None else rec.get("pct_of_peak")
 
 
 def _vs_production(s: Summary) -> str:
@@ -163,7 +173,7 @@ def _vs_production(s: Summary) -> str:
 
 
 COLUMNS = ["card", "recipe", "shape", "device", "parity port / baseline (rel_fro)", "port ms", "ref ms",
-           "speedup vs", "vs production", "A/A noise", "% peak", "verdict"]  # _row gives one value per column
+           "speedup vs", "vs production", "A/A noise", "% roofline", "verdict"]  # _row gives one value per column
 
 
 def results_answer(records: list[dict[str, Any]]) -> str:
@@ -219,7 +229,7 @@ def report_table(records: list[dict[str, Any]]):
 
     table = Table(title=f"{len(records)} validation record(s)", show_lines=True, expand=False)
     for c in COLUMNS:
-        table.add_column(c, overflow="fold", justify="right" if c in ("port ms", "ref ms", "A/A noise", "% peak") else "left")
+        table.add_column(c, overflow="fold", justify="right" if c in ("port ms", "ref ms", "A/A noise", "% roofline") else "left")
     from skillrun.io.termtext import plain
 
     for rec in records:
@@ -311,7 +321,9 @@ def _counts_text(ev: EvidenceIndex) -> str:
              f"{c['superseded']} superseded", f"{c['stale_current']} of the current are stale"]
     if c["invalid"]:
         parts.append(f"{c['invalid']} invalid file(s)")
-    return f"{c['artifacts']} artifact(s): " + ", ".join(parts)
+    if ev.e2e:  # counted as `lint` and read_validation count them (skillrun.evidence.inventory)
+        parts.append(f"and {len(ev.e2e)} e2e record{'' if len(ev.e2e) == 1 else 's'}")
+    return f"{c['artifacts']} validation artifact(s): " + ", ".join(parts)
 
 
 SUMMARY_COLUMNS = ["shape class", "shape", "device", "verdict", "speedup vs production (A/A noise)", "parity port · references",
@@ -885,7 +897,7 @@ def measurements_html(ev: EvidenceIndex) -> str | None:
         return None
     e = html.escape
     heads = ["card", "shape class", "shape", "verdict", "speedup", "A/A noise %", "port TFLOP/s", "port TB/s",
-             "reference TFLOP/s", "% of peak"]
+             "reference TFLOP/s", "% of roofline"]
 
     def num(x: Any, digits: int = 4) -> str:
         if not isinstance(x, (int, float)):
@@ -900,7 +912,7 @@ def measurements_html(ev: EvidenceIndex) -> str | None:
         rows.append("<tr>" + f"<td>{_brk(x.card)}</td><td>{_brk(x.recipe)}</td><td>{_brk(shape_text(rec))}</td>"
                     f"<td>{_badge(s.verdict)}{'<div class=sub>stale</div>' if x.stale else ''}</td>" + num(s.speedup)
                     + num(s.noise_pct, 3) + num(tf) + num(gb / 1000 if isinstance(gb, (int, float)) else None, 3)
-                    + num(ref_tf) + num(rec.get("pct_of_peak"), 3) + "</tr>")
+                    + num(ref_tf) + num(_roofline_share(rec), 3) + "</tr>")
     head = "".join(f"<th>{e(h)}</th>" for h in heads)
     return f"<table id='measurements' class='sortable'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 

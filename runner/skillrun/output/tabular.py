@@ -56,13 +56,17 @@ def _shape_text(shape: Optional[dict]) -> str:
 
 
 def _rate_cells(a: dict[str, Any]) -> dict[str, Any]:
-    return {"tflops": a.get("tflops"), "tbps": a.get("tbps"), "pct_peak": a.get("pct_peak"), "bound": a.get("bound"),
+    """``pct_attainable``: share of the roofline, min(peak, intensity × bandwidth); ``pct_peak``: of the datasheet peak."""
+    return {"tflops": a.get("tflops"), "tbps": a.get("tbps"), "flop_per_byte": a.get("flop_per_byte"),
+            "attainable_tflops": a.get("attainable_tflops"), "attainable_tbps": a.get("attainable_tbps"),
+            "pct_attainable": a.get("pct_attainable"), "pct_peak": a.get("pct_peak"), "bound": a.get("bound"),
             "model_na": bool(a.get("model_na")) if a else None}
 
 
 KERNEL_COLUMNS = ["rank", "row", "kernel", "demangled", "category", "offered_to_cards", "pct_gpu", "total_ms", "calls",
                   "mean_us", "median_us", "std_us", "min_us", "max_us", "op", "shape", "dtype", "input_dims",
-                  "shape_provenance", "tflops", "tbps", "pct_peak", "bound", "model_na", "grid", "block", "launch"]
+                  "shape_provenance", "tflops", "tbps", "flop_per_byte", "attainable_tflops", "attainable_tbps",
+                  "pct_attainable", "pct_peak", "bound", "model_na", "grid", "grid_unit", "block", "launch", "metrics"]
 
 
 def kernel_rows(data: dict[str, Any]) -> Rows:
@@ -77,7 +81,8 @@ def kernel_rows(data: dict[str, Any]) -> Rows:
                     "min_us": r["min_us"], "max_us": r["max_us"], "op": r["op"], "shape": _shape_text(r["shape"]),
                     "dtype": r["dtype"], "input_dims": _dims(r.get("input_dims")),
                     "shape_provenance": r["shape_provenance"], **_rate_cells(r["achieved"]),
-                    "grid": _xyz(r.get("grid")), "block": _xyz(r.get("block")), "launch": r.get("launch") or None})
+                    "grid": _xyz(r.get("grid")), "grid_unit": r.get("grid_unit"), "block": _xyz(r.get("block")), "launch": r.get("launch") or None,
+                    "metrics": r.get("metrics") or None})
         for s in r.get("shapes") or []:
             out.append({**base, "row": "shape", "pct_gpu": s["pct_gpu"], "total_ms": s["total_ms"], "calls": s["calls"],
                         "mean_us": s["mean_us"], "op": s["op"], "shape": _shape_text(s["shape"]), "dtype": s["dtype"],
@@ -143,18 +148,21 @@ def card_rows(rows: list[dict[str, Any]]) -> Rows:
     return CARD_COLUMNS, rows
 
 
-REPORT_COLUMNS = ["card", "shape_class", "shape", "device", "verdict", "speed", "speed_note", "port_parity",
-                  "references", "timing_mode", "commit", "date", "evidence", "path"]
+REPORT_COLUMNS = ["card", "shape_class", "shape", "device", "verdict", "speedup", "versus", "noise_pct", "speed_axis",
+                  "speed", "speed_note", "port_parity", "references", "timing_mode", "commit", "date", "evidence", "path"]
 
 
 def report_rows(ev) -> Rows:
-    """One row per current validation artifact (the report's summary table)."""
+    """One row per current validation artifact (the report's summary table). ``speedup`` and
+    ``noise_pct`` are numbers a spreadsheet can sort and compute with; ``speed`` is the sentence."""
     from skillrun.output.report import summary_rows
 
     out = []
     for r in summary_rows(ev):
+        s = r["entry"].summary
         out.append({"card": r["card"], "shape_class": r["shape_class"], "shape": r["shape"], "device": r["device"],
-                    "verdict": r["verdict"], "speed": r["speed"], "speed_note": r["speed_sub"],
+                    "verdict": r["verdict"], "speedup": s.speedup, "versus": s.versus, "noise_pct": s.noise_pct,
+                    "speed_axis": s.speed, "speed": r["speed"], "speed_note": r["speed_sub"],
                     "port_parity": r["port_parity"], "references": [t for t, _, _ in r["ref_parity"]],
                     "timing_mode": r["timing_mode"], "commit": r["commit"], "date": r["date"],
                     "evidence": r["evidence"], "path": r["path"]})

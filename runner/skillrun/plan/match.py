@@ -181,5 +181,8 @@ def match_profile(profile: Profile, index: SkillIndex, top: int | None = None) -
         if not touched:
             report.unmatched_hot.append(k.name)
             unmatched.append((k, results))
-    report.coverage = coverage(profile, index, unmatched, _op_classes)
+    matched: dict[str, list[str]] = {}
+    for m in report.matches:
+        matched.setdefault(m.kernel, []).append(m.skill_id)
+    report.coverage = coverage(profile, index, unmatched, _op_classes, matched=matched)
     return report

@@ -189,7 +189,16 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
             items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch, **ev_kw))
         if "batch" in keys and not shapes:
             for oc in mine:
-                if oc in shaped or not oc.shape or not oc.loop_batch or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
+                if oc in shaped or not oc.shape or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
+                    continue
+                if not oc.loop_batch:
+                    if _two_d(oc):  # one 2-D GEMM per call (aten::_scaled_mm [M,K]x[K,N]): a batch of one
+                        it = _item(card, k, {"batch": 1, **oc.shape}, oc.provenance, oc.dtype, 100.0 * oc.total_us / total,
+                                   index, profile.arch, **ev_kw)
+                        it.notes.append(f"batch=1: each {oc.op} call is one 2-D GEMM ([M,K]×[K,N]), not a batch; "
+                                        "--shape overrides it")
+                        items.append(it)
+                        shaped.append(oc)
                     continue
                 it = _item(card, k, {"batch": oc.loop_batch, **oc.shape}, "inferred_loop", oc.dtype, 100.0 * oc.total_us / total,
                            index, profile.arch, **ev_kw)
@@ -204,14 +213,20 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
             # a --shape applies to the cards whose problem it speaks of (a MoE shape names no M,N,K)
             usable = [s for s in shapes or () if keys & set(s)]
             if usable:
+                rest_calls = k.calls - sum(oc.calls for oc in k.ops if oc not in mine) - sum(oc.calls for oc in shaped)
                 for s in usable:
                     it = _item(card, k, s, "user", None, share / len(usable), index, profile.arch, **ev_kw)
+                    odd = _implausible(s, rest_calls, rest_us / len(usable), profile, k)
+                    if odd:
+                        it.notes.append(odd)
+                        plan.warnings.append(odd)
                     if partial:
                         it.notes.append("the trace's shapes (" + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
                                         + ") do not determine this card's problem; using the shape given with --shape")
                     items.append(it)
             else:
                 it = _item(card, k, None, "unresolved", None, share, index, profile.arch)
+                it.next_command = shape_command(profile.source, problem_keys(card), partial[0].shape if partial else None)
                 if partial:
                     it.notes.append("the trace gives " + "; ".join(",".join(f"{a}={b}" for a, b in oc.shape.items()) for oc in partial[:3])
                                     + f", which does not determine {','.join(problem_keys(card))}")
@@ -222,6 +237,44 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
         plan.projected_gain_pct = round(sum(max(0.0, g) for g in gains), 4)
         plan.projected_gain_all_pct = round(sum(gains), 4)
     return plan
+
+
+def _two_d(oc) -> bool:
+    """The op's two matrix operands are 2-D ([M,K] and [K,N]): one GEMM per call, not a batch."""
+    dims = [d for d in oc.input_dims[:2] if isinstance(d, list)]
+    return len(dims) == 2 and all(len(d) == 2 for d in dims)
+
+
+def shape_command(trace: str, keys: tuple[str, ...], known: Optional[dict[str, int]] = None) -> str:
+    """The command that supplies an unresolved shape: the trace's own values where it has them, the
+    key's name in capitals where the user must put a number (``--shape batch=BATCH,M=2048,…``), or the
+    positional form of the card's problem when the trace gives none (``--shape M,N,K``)."""
+    import shlex
+
+    known = {k: v for k, v in (known or {}).items() if k in keys}
+    shape = ",".join(f"{k}={known[k]}" if k in known else f"{k}={k.upper()}" for k in keys) if known else ",".join(keys)
+    return f"skill-run --profile {shlex.quote(str(trace))} --shape {shape}"
+
+
+def _implausible(shape: dict[str, int], calls: int, us: float, profile: Profile, k: KernelStat) -> Optional[str]:
+    """A user's GEMM shape that would make this kernel's calls faster than the device can compute
+    (13 PFLOP/s on a 9 µs kernel) is not its shape: said, not planned on silently."""
+    from skillrun.analysis.peaks import DEFAULT_PEAKS
+
+    if calls <= 0 or us <= 0 or not all(isinstance(shape.get(x), int) for x in ("M", "N", "K")):
+        return None
+    dev = next((d for d in profile.devices if d.name), None)
+    peak = DEFAULT_PEAKS.lookup(dev.name if dev else None, profile.arch)
+    if peak is None:
+        return None
+    flops = 2.0 * shape["M"] * shape["N"] * shape["K"] * (shape.get("batch") or 1) * calls
+    tflops = flops / (us * 1e-6) / 1e12
+    best = max(peak.tflops.values())
+    if tflops <= best:
+        return None
+    given = ",".join(f"{a}={b}" for a, b in shape.items())
+    return (f"--shape {given} implies {tflops:,.0f} TFLOP/s for {k.name[:60]} ({calls} call(s), {us / calls:.1f} µs each), "
+            f"{tflops / best:.1f}x the {peak.name}'s fastest peak ({best:.0f} TFLOP/s): that cannot be this kernel's shape")
 
 
 def _name_hit(card: SkillCard, k: KernelStat) -> bool:
@@ -323,9 +376,12 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append(f"[bold]Projected end-to-end gain[/]: {plan.projected_gain_pct:.2f}% of GPU time, keeping the baseline where "
                      f"the port is slower ({plan.projected_gain_all_pct:.2f}% if every item were adopted); "
                      f"{measured} of {len(plan.items)} item(s) quote a measurement, the rest the card's prior")
-    todo = [it for it in plan.items if it.next_command]
+    todo = [it for it in plan.items if it.next_command and it.status == "planned"]
     if todo:
         lines.append(f"{len(todo)} item(s) without a measurement: run the [bold]next:[/] command of each")
+    unresolved = [it for it in plan.items if it.status == "unresolved_shape"]
+    if unresolved:
+        lines.append(f"{len(unresolved)} item(s) with no shape: give it with the [bold]next:[/] command's --shape")
     return lines + _coverage_markup(plan)
 
 
@@ -345,6 +401,9 @@ def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
     from skillrun.io.termtext import safe as x
 
     if not plan.items:
+        nm = plan.coverage.no_match if plan.coverage is not None else None
+        if nm is not None:  # why nothing matched and what to do (skillrun.analysis.coverage.no_match)
+            return f"[bold]Answer:[/] no skill card matches: {x(nm.reason)}; next: {x(nm.next)}"
         return (f"[bold]Answer:[/] no skill card matches a hot kernel of this profile; "
                 f"`skill-run match {x(trace)}` shows each card's criteria and near misses")
     share = sum(it.pct_gpu for it in plan.items)
@@ -356,8 +415,16 @@ def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
         style = "green" if gain > 0.005 else ("yellow" if gain < -0.005 else "")
         words = f"projected end-to-end gain {gain:+.2f}% of GPU time"
         gain_text = f"[{style}]{words}[/]" if style else words
-    todo = [it for it in plan.items if it.next_command]
-    if todo:
+    todo = [it for it in plan.items if it.next_command and it.status == "planned"]
+    unresolved = [it for it in plan.items if it.status == "unresolved_shape" and it.next_command]
+    if unresolved:  # no gain can be projected for an item without a shape: that comes first
+        from skillrun.ingest.names import short_name
+
+        u = max(unresolved, key=lambda it: it.pct_gpu)
+        more = f"; {len(unresolved) - 1} more item(s) need one too" if len(unresolved) > 1 else ""
+        nxt = (f"next: give the shape of {x(short_name(u.kernel, 60))} ({u.pct_gpu:.1f}% of GPU time), which the trace "
+               f"does not determine: `{x(u.next_command)}`{more}")
+    elif todo:
         nxt = f"next: measure the {len(todo)} unmeasured item(s) on a GPU (`{x(todo[0].next_command)}`" + (", …)" if len(todo) > 1 else ")")
     elif gain is not None and gain <= 0.005:
         nxt = "next: keep the production kernels (the measured ports are not faster here)"
