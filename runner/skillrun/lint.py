@@ -102,7 +102,8 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
     why = check_module(refs["problem"])
     if why:
         _err(errors, card, "references.problem", why)
-    errors += lint_tolerance(str(card.path), card.tolerance, refs["problem"])
+    errors += lint_tolerance(str(card.path), card.tolerance, refs["problem"], card.data.get("tolerance_reason"),
+                             index.root if evidence else None)
     for field_name, ref in [("references.oracle", refs["oracle"])] + [(f"references.baseline.{k}", v) for k, v in refs["baseline"].items()] + [
         (f"references.alternatives.{i}", a["kernel"]) for i, a in enumerate(refs.get("alternatives", []))
     ]:
