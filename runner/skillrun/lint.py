@@ -82,6 +82,9 @@ def _lint_reference_names(errors: list[SkillRunError], card: SkillCard, refs: di
     for i, name in enumerate(refs.get("production") or []):
         if name not in known:
             _err(errors, card, f"references.production.{i}", f"{name!r} is not a reference of this card (known: {sorted(known)})")
+    for i, tc in enumerate(refs.get("trace_calls") or []):
+        if tc.get("name") not in known:
+            _err(errors, card, f"references.trace_calls.{i}.name", f"{tc.get('name')!r} is not a reference of this card (known: {sorted(known)})")
 
 
 def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list[SkillRunError]:
