@@ -740,12 +740,15 @@ def _brk(text: Any) -> str:
         if len(part) > _LONG_CXX and ("::" in part or "<" in part) and re.search(r"\d", part):
             keep = (_LONG_CXX - 1) // 2
             out.append(f'<span class="n" title="{html.escape(part, quote=True)}">{html.escape(part[:keep] + "…" + part[-keep:])}</span>')
+        elif _RANGE.match(part):  # a range of numbers (0.981–1.014, p10-p90): a browser may break at its dash
+            out.append(f'<span class="n">{html.escape(part)}</span>')
         else:
             out.append(_BREAK_AFTER.sub(r"\g<0><wbr>", html.escape(part)))
     return "".join(out)
 
 
 _LONG_CXX = 41
+_RANGE = re.compile(r"^[(\[]?[a-z]?[\d.]+[×x%]?[-–][a-z]?[\d.]+[×x%]?[)\]]?[,;:.]?$")
 
 
 # After _ / , : anywhere, after a dot only before a letter (a module path, never a decimal point).
@@ -785,7 +788,8 @@ def throughput_text(rec: dict[str, Any], speedup: float | None = None) -> str:
 
 
 def _badge(verdict: str) -> str:
-    return f'<span class="v" style="background:{VERDICT_COLOR.get(verdict, "#6e7781")}">{html.escape(verdict)}</span>'
+    # a long verdict (no_production_reference) may wrap after its underscores in a narrow cell
+    return f'<span class="v" style="background:{VERDICT_COLOR.get(verdict, "#6e7781")}">{_brk(verdict)}</span>'
 
 
 def _details_body(rec: dict[str, Any]) -> str:
