@@ -191,13 +191,15 @@ def results_answer(records: list[dict[str, Any]]) -> str:
 
     if not records:
         return "[bold]Answer:[/] nothing ran (the plan has no runnable item)"
-    counts = Counter(str(r.get("verdict") or "—") for r in records)
+    # Each record as the one headline rule reads it (both clocks included), as `report` will.
+    judged = [(summarize(r), r) if isinstance(r.get("recipe"), dict) else (None, r) for r in records]
+    counts = Counter(str((s.verdict if s is not None else r.get("verdict")) or "—") for s, r in judged)
     words = []
     for v, n in counts.most_common():
         style = verdict_style(v)
         words.append(f"[{style}]{n} {x(v)}[/]" if style else f"{n} {x(v)}")
-    timed = [(r.get("speedup"), (r.get("card") or {}).get("id")) for r in records
-             if isinstance(r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
+    timed = [((s.speedup if s is not None else r.get("speedup")), (r.get("card") or {}).get("id")) for s, r in judged
+             if isinstance(s.speedup if s is not None else r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
     extra = ""
     if timed:
         lo, hi = min(timed, key=lambda t: t[0]), max(timed, key=lambda t: t[0])
