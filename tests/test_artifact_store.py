@@ -100,3 +100,20 @@ def test_slug_and_stamp():
     assert store.slug("a b/c:d", 80) == "a-b-c-d"
     assert len(store.slug("x" * 200, 60)) == 60
     assert store.stamp("2026-11-29T09:24:51+0000") == "20261129T092451Z"
+
+
+def test_record_paths_are_kb_relative_or_redacted(tmp_path):
+    """Issue 34 item 7: a record names no folder of this machine (the e2e record carried its working
+    folder and a /tmp plan path)."""
+    from skillrun.evidence.store import record_command, record_path
+    from skillrun.io.redact import REDACTED
+
+    kb = tmp_path / "kb"
+    (kb / "validation").mkdir(parents=True)
+    assert record_path(kb / "validation" / "x.yaml", kb) == "validation/x.yaml"
+    assert record_path("/tmp/o1/plan_moe.json", kb) == f"{REDACTED}/plan_moe.json"
+    assert record_path(str(tmp_path / "elsewhere"), kb) == f"{REDACTED}/elsewhere"
+    assert record_path("benchmarks/w.py", kb) == "benchmarks/w.py"  # already relative: as written
+    line = record_command("skill-run e2e --plan /tmp/o1/plan.json --out=/home/u/x.yaml -n 2 -- python3 w.py", kb)
+    assert line == f"skill-run e2e --plan {REDACTED}/plan.json --out={REDACTED}/x.yaml -n 2 -- python3 w.py"
+    assert record_command(["/usr/bin/python3", "w.py"], kb) == [f"{REDACTED}/python3", "w.py"]

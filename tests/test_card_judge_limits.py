@@ -67,6 +67,48 @@ def test_a_tolerance_within_the_engine_limit_but_past_its_family_is_refused(tmp_
     assert errs and "fp8_blockscale_gemm.problem" in errs[0].reason
 
 
+@pytest.mark.parametrize("problem", ["skillrun_kernels.protocol", "skillrun_kernels.fp8_blockscale_moe.problem",
+                                     "skillrun_kernels.fp8_blockscale_gemm.problem"])
+def test_a_tolerance_of_1e300_fails_lint_whatever_its_family_and_whatever_reason_it_gives(tmp_path, problem):
+    card = _card(tolerance={"rtol": 1e300, "atol": 1e300, "min_cosine": 0.0},
+                 tolerance_reason={"why": "trust me", "measured": ["skills/toy_blockscale/SKILL.md"]})
+    card["references"] = dict(card["references"], problem=problem)
+    root = make_kb(tmp_path, card)
+    fields = {e.field for e in _errors(root, "tolerance")}
+    assert {"tolerance.rtol", "tolerance.atol", "tolerance.min_cosine"} <= fields
+    assert "toy_blockscale" not in check_cards(SkillIndex.load(root)).skills
+
+
+def test_a_family_that_declares_no_ceiling_has_the_dense_gemms():
+    from skillrun.kb.tolerance import DEFAULT_CEILING, family_ceiling
+
+    assert family_ceiling("skillrun_kernels.protocol") == DEFAULT_CEILING
+    assert DEFAULT_CEILING["rtol"] == 0.01 and DEFAULT_CEILING["min_cosine"] == 0.999
+    for fam in ("fp8_blockscale_gemm", "fp8_rowwise_batched_gemm", "moe_a16wi4", "fp8_blockscale_moe"):
+        ceiling = family_ceiling(f"skillrun_kernels.{fam}.problem")
+        limits = family_limits(f"skillrun_kernels.{fam}.problem")
+        assert all(ceiling[k] <= limits[k] for k in ("rtol", "atol", "max_rel_fro")) and ceiling["min_cosine"] >= limits["min_cosine"]
+
+
+def test_loosening_above_the_ceiling_needs_its_measured_reason_in_the_card(tmp_path):
+    loose = {"rtol": 0.05, "atol": 0.05, "min_cosine": 0.999}  # within the engine's limits, above the dense GEMM's ceiling
+    root = make_kb(tmp_path / "a", _card(tolerance=loose))
+    errs = _errors(root, "tolerance_reason")
+    assert errs and "rtol 0.05 (ceiling 0.01)" in errs[0].reason and "measured reason" in errs[0].reason
+    assert "toy_blockscale" not in check_cards(SkillIndex.load(root)).skills  # never matched or run
+    # a reason whose evidence is not committed is no reason
+    root = make_kb(tmp_path / "b", _card(tolerance=loose, tolerance_reason={"why": "fp8 re-quantization flips codes",
+                                                                           "measured": ["validation/nope.yaml"]}))
+    assert [e.field for e in _errors(root, "tolerance_reason")] == ["tolerance_reason.measured.0"]
+    # the measured reason, citing committed evidence: accepted
+    root = make_kb(tmp_path / "c", _card(tolerance=loose, tolerance_reason={"why": "fp8 re-quantization flips codes",
+                                                                           "measured": ["skills/toy_blockscale/SKILL.md"]}))
+    assert not _errors(root, "tolerance")
+    # at or below the ceiling nothing is asked
+    root = make_kb(tmp_path / "d", _card(tolerance={"rtol": 0.01, "atol": 0.005, "min_cosine": 0.9995}))
+    assert not _errors(root, "tolerance")
+
+
 def test_every_real_card_is_within_its_family_limits():
     idx = SkillIndex.load(REPO)
     assert idx.skills

@@ -67,6 +67,10 @@ def test_routed_run_counts_calls_matches_outputs_and_writes_a_valid_record(index
     w = rec["measured"]["wall"]
     assert w["basis"] == "step" and len(w["a"]["runs_ms"]) == 1 and len(w["aa_pair_ms"]) == 2
     assert rec["projection"]["gain_pct"] == pytest.approx(26.6667, abs=1e-3)
+    # no machine paths: the interpreter, the workload and the working folder are KB-relative or redacted
+    words = rec["command"].split(" ") + rec["workload"]["command"] + [rec["workload"]["cwd"]]
+    assert not [w for w in words if w.startswith("/")], words
+    assert any(w.endswith(Path(WORKLOAD).name) for w in rec["workload"]["command"])
     path = record_mod.write_record(rec, tmp_path)
     assert path.parent == tmp_path / "e2e" and path.name.endswith("_e2e.yaml")
     back = load_artifact(path)  # validated against schemas/e2e.schema.json by its kind

@@ -256,7 +256,8 @@ def test_gpu_toy_port_is_timed_and_proven(kb):
     index, out = kb
     (rec,) = run_skill(index, "toy_triton", [{"M": 2048, "N": 2048, "K": 2048}], validation_root=out, rounds=30)
     assert rec["mode"] == "gpu_measured"
-    assert rec["verdict"] in ("validated", "slower"), rec["reason"]
+    # torch.mm is no production kernel of the toy cards: the headline rule reads any ratio as context
+    assert rec["verdict"] in ("validated", "slower", "within_noise", "no_production_reference"), rec["reason"]
     assert rec["slot_integrity"]["port"]["passed"] and rec["slot_integrity"]["port"]["level"] == "device kernels"
     assert rec["physical_limit"]["passed"] and rec["speedup"] > 0
     (cheat,) = run_skill(index, "toy_triton_cheat", [{"M": 2048, "N": 2048, "K": 2048}], validation_root=out, rounds=10)

@@ -299,7 +299,8 @@ def test_gpu_timed_rounds_are_profiled_in_place_and_their_outputs_checked(kb, gr
     index, out = kb
     (rec,) = run_skill(index, "untrusted_toy_triton", [{"M": 1024, "N": 1024, "K": 1024}], validation_root=out,
                        rounds=30, cuda_graph=graph)
-    assert rec["verdict"] in ("validated", "slower"), rec["reason"]
+    # torch.mm is no production kernel of the toy cards: the headline rule reads any ratio as context
+    assert rec["verdict"] in ("validated", "slower", "within_noise", "no_production_reference"), rec["reason"]
     g = gate(rec)
     assert g["passed"] and g["level"] == "device kernels"
     assert g["observed_rounds"]["launches"] == 3

@@ -33,7 +33,9 @@ def test_demo_plan_quotes_the_committed_h200_artifacts(demo):
         assert hit is not None, f"no committed artifact for {it.recipe} {it.shape}"
         assert it.expected_source == "measured"
         assert it.evidence["path"] == hit.path and it.evidence["path"].startswith(f"validation/{CARD}/")
-        assert it.expected_speedup == hit.summary.speedup  # the measurement, not the card prior
+        # the measurement against the trace's own call (the reference that reproduces it), not the card prior
+        vs = next(r for r in hit.summary.refs if r.name == it.trace_call["reference"])
+        assert it.expected_speedup == vs.speedup and it.versus_trace_call["name"] == vs.name
         assert it.evidence["shape"] == it.shape and "old" in it.evidence["age"]
         assert it.next_command is None
     by_shape = {tuple(it.shape.values()): it for it in items}

@@ -135,14 +135,15 @@ def evidence(index: SkillIndex, paths: list[str | Path] | None = None) -> "Evide
 
 def list_cards(index: SkillIndex) -> list[dict[str, Any]]:
     """One row per card for `skill-run list`, the agent's list_skills and MCP: the validation status
-    is what the card declares unless its evidence contradicts it (skillrun.evidence.index.card_status)."""
+    is computed from the evidence (skillrun.evidence.index.card_status, the function `report` and the
+    README read too); what the card declares is kept as ``validation_declared``."""
     from skillrun.evidence.index import card_status
 
     ev = _kb_evidence(index)
     rows = []
     for c in index.skills.values():
         declared = str(c.data.get("validation", {}).get("status") or "unvalidated")
-        status, why = card_status(c.id, declared, ev)
+        status, why = ev.card_status(c.id) if ev is not None else card_status(c.id, declared, None)
         rows.append({"id": c.id, "title": c.data.get("title"), "gens": list(c.gens), "operator": c.match.get("operator"),
                      "from_backend": c.match.get("from_backend"), "to_backend": c.match.get("to_backend"),
                      "recipes": [r.name for r in c.recipes], "validation": status, "validation_declared": declared,

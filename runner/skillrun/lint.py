@@ -82,6 +82,9 @@ def _lint_reference_names(errors: list[SkillRunError], card: SkillCard, refs: di
     for i, name in enumerate(refs.get("production") or []):
         if name not in known:
             _err(errors, card, f"references.production.{i}", f"{name!r} is not a reference of this card (known: {sorted(known)})")
+    for i, tc in enumerate(refs.get("trace_calls") or []):
+        if tc.get("name") not in known:
+            _err(errors, card, f"references.trace_calls.{i}.name", f"{tc.get('name')!r} is not a reference of this card (known: {sorted(known)})")
 
 
 def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list[SkillRunError]:
@@ -102,7 +105,8 @@ def lint_card(card: SkillCard, index: SkillIndex, evidence: bool = True) -> list
     why = check_module(refs["problem"])
     if why:
         _err(errors, card, "references.problem", why)
-    errors += lint_tolerance(str(card.path), card.tolerance, refs["problem"])
+    errors += lint_tolerance(str(card.path), card.tolerance, refs["problem"], card.data.get("tolerance_reason"),
+                             index.root if evidence else None)
     for field_name, ref in [("references.oracle", refs["oracle"])] + [(f"references.baseline.{k}", v) for k, v in refs["baseline"].items()] + [
         (f"references.alternatives.{i}", a["kernel"]) for i, a in enumerate(refs.get("alternatives", []))
     ]:

@@ -258,6 +258,14 @@ class PlanItem(_Model):
     projected_e2e_gain_pct: Optional[float] = None  # f·(1−1/s), in percent of total GPU time
     status: Literal["planned", "unresolved_shape", "unsupported_shape"] = "planned"
     notes: list[str] = Field(default_factory=list)
+    # The trace's own call (skillrun.plan.callpattern): its facts (op, scale layout, loop, graph), a
+    # sentence, and the card reference that reproduces it (``reference``; None when no entry matches).
+    trace_call: Optional[dict[str, Any]] = None
+    # The port against that reference in the evidence quoted: name, speedup (both clocks), speed,
+    # parity, detail, path. expected_speedup is this ratio when it was timed: the gain over what the trace runs.
+    versus_trace_call: Optional[dict[str, Any]] = None
+    # "your call returns wrong results here: ...; do: ..." when the evidence says the trace's call fails the oracle.
+    wrong_results: Optional[str] = None
 
 
 class Plan(_Model):
@@ -269,5 +277,9 @@ class Plan(_Model):
     # Sum over items of f·(1−1/s), keeping the baseline where s < 1 (those items add 0), and the plain sum.
     projected_gain_pct: Optional[float] = None
     projected_gain_all_pct: Optional[float] = None
+    # projected_gain_pct split by where the ratio came from: measured (current GPU evidence) and the
+    # cards' priors (never measured here; an untuned fallback's prior contributes none).
+    measured_gain_pct: Optional[float] = None
+    prior_gain_pct: Optional[float] = None
     warnings: list[str] = Field(default_factory=list)
     coverage: Optional[Coverage] = None  # the match report's coverage, so every plan says what it leaves out

@@ -360,6 +360,9 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
                                                                     "verdict", "device", "commit")} if it.evidence else None),
                      "lever_measured_on": it.lever_measured_on, "next_command": it.next_command,
                      "projected_e2e_gain_pct_if_expected_holds": it.projected_e2e_gain_pct,
+                     "wrong_results": it.wrong_results,
+                     "trace_call": ({k: it.trace_call.get(k) for k in ("reference", "description")} if it.trace_call else None),
+                     "versus_trace_call": it.versus_trace_call,
                      "notes": it.notes})
     matched = sorted({m.skill_id for m in a.matches.matches})
     cov = a.matches.coverage
@@ -399,9 +402,12 @@ def summarize_analysis(a: "api.Analysis", top: int) -> dict[str, Any]:
         plan=plan,
         plan_warnings=a.plan.warnings,
         projected_gain_pct=a.plan.projected_gain_pct,
+        measured_gain_pct=a.plan.measured_gain_pct,
+        prior_gain_pct=a.plan.prior_gain_pct,
         caution=("expected_speedup is a measurement only where expected_source is 'measured' (then `evidence` names the "
-                 "artifact); otherwise it is the card's prior, not a measurement. A recipe's lever text is the card's words "
-                 "about the shapes in lever_measured_on"),
+                 "artifact, and versus_trace_call the reference that reproduces the trace's own call); otherwise it is the "
+                 "card's prior, not a measurement (prior_gain_pct, never measured_gain_pct). Say an item's wrong_results "
+                 "first. A recipe's lever text is the card's words about the shapes in lever_measured_on"),
         next=nxt,
     )
 

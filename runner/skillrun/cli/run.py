@@ -15,7 +15,7 @@ from skillrun.output import tabular
 from skillrun.cli.common import (FORMAT_HELP, Backend, ColdL2, ItemProgress, OutFormat, busy, command_line, console,
                                  cpu_fallback, cpu_note, emit_json, emit_machine, err, exit_if_unwritten, guarded, index,
                                  out_format, print_results, report_unwritten, term_width, want_json)
-from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError
+from skillrun.errors import EXIT_FAILURE, InputError, SkillRunError, UsageError
 from skillrun.io.termtext import plain, safe
 
 
@@ -106,7 +106,11 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
                fmt: Optional[OutFormat] = typer.Option(None, "--format", help=FORMAT_HELP),
                samples: bool = typer.Option(False, "--samples", help="Also show each current artifact's raw timing samples "
                                             "per slot: kept count, p10 / median / p90 ms, median per position in the round, "
-                                            "and the timing engine's warnings (shown anyway when one artifact file is named).")):
+                                            "and the timing engine's warnings (shown anyway when one artifact file is named)."),
+               markdown: bool = typer.Option(False, "--markdown", help="Print the README's generated tables (card "
+                                             "statuses, current GPU evidence) as markdown, from the evidence."),
+               write: bool = typer.Option(False, "--write", help="With --markdown: rewrite every generated block "
+                                          "(README.md and each card's evidence table) from the evidence.")):
     """A reviewer's summary of validation artifacts: current / superseded / stale, measured GPU evidence
     first (and an HTML page with charts and raw-sample distributions).
 
@@ -125,6 +129,18 @@ def report_cmd(paths: Optional[List[Path]] = typer.Argument(None, metavar="ARTIF
             except SkillRunError as exc:
                 raise InputError(f"not a validation artifact: {exc.reason}", path=str(p), field=exc.field) from None
     ev = api.evidence(idx, paths)
+    if write and not markdown:
+        raise UsageError("--write rewrites the generated markdown blocks: give it with --markdown", field="--write")
+    if markdown:
+        from skillrun.output import markdown as md
+
+        if write:
+            for p in md.write_documents(idx.root, ev):
+                console().print(f"wrote {safe(p)}")
+            return
+        # artifact text is data: controls made visible, nothing wrapped (it is meant for a file)
+        typer.echo("\n".join(plain(line) for line in (md.cards_block(ev) + "\n\n" + md.results_block(ev)).splitlines()))
+        return
     kind = out_format(fmt)
     if html:  # written first: a missing folder is an error before anything is printed
         page = write_html(ev, html)

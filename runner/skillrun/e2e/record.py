@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillrun.evidence.store import machine_path_in_kb, slug, stamp, write_new
+from skillrun.evidence.store import machine_path_in_kb, record_command, record_path, slug, stamp, write_new
 from skillrun.kb.index import SkillIndex
 from skillrun.kb.paths import kb_root
 from skillrun.evidence.kernel_sources import source_identity
@@ -85,9 +85,10 @@ def build_record(*, cmd, spec, index: SkillIndex, be, plan, plan_source, command
         "schema_version": 1,
         "kind": KIND,
         "created": utc_now(),
-        "command": command_line or "skill-run e2e -- " + " ".join(cmd),
-        "workload": {"command": list(cmd), "cwd": os.getcwd()},
-        "plan": {"source": machine_path_in_kb(plan_source) if plan_source else None, "arch": plan.arch},
+        # no machine paths: KB-relative, or redacted to the file name (skillrun.evidence.store.record_path)
+        "command": record_command(command_line or "skill-run e2e -- " + " ".join(cmd)),
+        "workload": {"command": record_command(list(cmd)), "cwd": record_path(os.getcwd())},
+        "plan": {"source": record_path(plan_source) if plan_source else None, "arch": plan.arch},
         "card_ids": [c["id"] for c in covered] or [c["id"] for c in cards.values()],
         "cards": covered or list(cards.values()),
         "skipped_items": spec.skipped,

@@ -102,6 +102,11 @@ class RefView:
     speedup: Optional[float]
     speed: str  # faster | slower | within_noise | not_timed
     error: Optional[str] = None
+    # The two clocks (skillrun.evidence.verdict.ref_speed): ``speedup`` is the ratio the speed label
+    # reads, the smaller of the two where they disagree; these are each clock's own ratio.
+    events_speedup: Optional[float] = None
+    kernel_speedup: Optional[float] = None
+    clock_note: Optional[str] = None  # why the clocks disagree (None: they agree, or no second clock)
 
     @property
     def parity_kind(self) -> str:
@@ -147,6 +152,17 @@ class Summary:
     # December 2026: slot order alternated after an idle gap, so whichever slot went first paid the
     # host's launch latency; ports read up to 45 % slow). None when nothing was timed on a GPU.
     engine: Optional[str] = None
+    # The headline's two clocks (events, profiler kernel durations) and why they disagree, where they do.
+    speedup_events: Optional[float] = None
+    speedup_kernel: Optional[float] = None
+    clock_note: Optional[str] = None
+    # p10 and p90 of the per-round A/A ratio (quoted beside noise_pct where the artifact kept them).
+    aa_ratio_p10: Optional[float] = None
+    aa_ratio_p90: Optional[float] = None
+    # The fastest timed oracle-correct production reference (None: none was timed).
+    fastest_production: Optional[str] = None
+    # The artifact's own headline ratio when today's rule reads another (recorded_verdict likewise).
+    recorded_speedup: Optional[float] = None
 
     @property
     def failing_references(self) -> list[RefView]:
@@ -189,14 +205,11 @@ def _f(x: Any) -> Optional[float]:
 
 
 def _legacy_noise(t: dict[str, Any]) -> Optional[float]:
-    # The harness's verdict compares against max(per-round ratio noise, noise of the medians);
-    # the bare ``aa_noise_pct`` field is only the first. Quote what the verdict used.
-    aa = t.get("aa") or {}
-    vals = [_f(aa.get("aa_noise_pct")), _f(aa.get("aa_medians_pct"))]
-    vals = [v for v in vals if v is not None]
-    if vals:
-        return max(vals)
-    return _f(t.get("aa_noise_pct"))
+    # The harness's verdict compares against max(per-round ratio noise, noise of the medians); the
+    # bare ``aa_noise_pct`` field is only the first. Quote what the verdict used (one rule: verdict.recorded_noise).
+    from skillrun.evidence.verdict import recorded_noise
+
+    return recorded_noise({"timing": t})
 
 
 def _legacy_refs(rec: dict[str, Any], noise: Optional[float], production: Optional[frozenset] = None) -> list[RefView]:
@@ -232,13 +245,52 @@ def _legacy_refs(rec: dict[str, Any], noise: Optional[float], production: Option
     return out
 
 
-def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -> Summary:
-    """The reviewer's view of one artifact; new ``references`` block first, old fields otherwise.
+def _rejudged(rec: dict[str, Any], production: Optional[Iterable[str]]):
+    """(refs, verdict, text, speedup, versus, versus_production, speed, headline RefSpeed, fastest) under
+    today's headline rule (skillrun.evidence.verdict.judge_record), or None where the recorded verdict stands."""
+    from skillrun.evidence.verdict import decide, aa_band, record_outcomes, recorded_noise
 
-    ``production``: the card's ``references.production`` names today. Artifacts with a
-    ``references`` block recorded which slot was production at run time; older ones did not, and
-    are read against this list (without it, their baseline is taken to be production).
+    got = record_outcomes(rec, production)
+    if got is None:
+        return None
+    port, outs = got
+    noise = recorded_noise(rec)
+    d = decide(port, outs, noise, aa_band=aa_band(rec))
+    rel = {}
+    for r in rec.get("references") or []:
+        if isinstance(r, dict) and isinstance(r.get("parity"), dict):
+            rel[str(r.get("name"))] = _f(r["parity"].get("rel_fro"))
+    par = rec.get("parity") or {}
+    legacy = {"baseline": par.get("baseline") or {}, **(par.get("alternatives") or {})}
+    refs = []
+    for o in outs:
+        sp = d.speeds[o.name]
+        rf = rel.get(o.name)
+        if rf is None:
+            src = legacy.get(o.name) if o.role != "baseline" else legacy.get("baseline")
+            rf = _f((src or {}).get("rel_fro"))
+        refs.append(RefView(name=o.name, role=o.role, production=o.production, status=o.status,
+                            parity_passed=o.parity_passed, rel_fro=rf, median_ms=o.median_ms, speedup=sp.speedup,
+                            speed=sp.speed, error=o.error, events_speedup=sp.events, kernel_speedup=sp.kernel,
+                            clock_note=sp.clock_note))
+    head = d.speeds.get(d.primary) if d.primary else None
+    prim = next((o for o in outs if o.name == d.primary), None)
+    return (refs, d.verdict, d.text, d.speedup, d.primary, bool(prim and prim.production),
+            head.speed if head else "not_timed", head, d.fastest_production)
+
+
+def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -> Summary:
+    """The reviewer's view of one artifact, judged by today's rule; new ``references`` block first,
+    old fields otherwise.
+
+    A GPU measurement whose port passed the oracle is re-judged from its recorded numbers
+    (skillrun.evidence.verdict.judge_record: the headline against the fastest oracle-correct production
+    kernel, both clocks, the noise the verdict used); the artifact's own verdict and ratio are kept
+    in ``recorded_verdict`` / ``recorded_speedup`` when they differ. ``production``: the card's
+    ``references.production`` names today, for artifacts older than the ``references`` block.
     """
+    from skillrun.evidence.verdict import aa_band, reconcile, recorded_noise
+
     prod_set = frozenset(str(n) for n in production) if production else None
     t = rec.get("timing") or {}
     runner = rec.get("runner") or {}
@@ -246,57 +298,62 @@ def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -
     par = rec.get("parity") or {}
     port = par.get("port") or {}
     verdict = str(rec.get("verdict") or "—")
+    recorded = verdict
     port_ms = _f((t.get("port_ms") or {}).get("median"))
     timing_mode = None
     if t.get("port_ms"):
         timing_mode = "CUDA graph" if t.get("cuda_graph") or "graph" in str(t.get("method") or "").lower() else "eager"
-    refs_block = rec.get("references")
-    if isinstance(refs_block, list) and refs_block:
-        refs = []
-        noise = None
-        for r in refs_block:
-            if not isinstance(r, dict):
-                continue
-            p = r.get("parity") or {}
-            n = _f(r.get("noise_pct"))
-            noise = noise if noise is not None else n
-            s = _f(r.get("speedup"))
-            refs.append(RefView(name=str(r.get("name") or "?"), role=str(r.get("role") or "alternative"),
-                                production=bool(r.get("production")), status=str(r.get("status") or "ok"),
-                                parity_passed=p.get("passed") if isinstance(p, dict) else None,
-                                rel_fro=_f(p.get("rel_fro")) if isinstance(p, dict) else None,
-                                median_ms=_f(r.get("median_ms")), speedup=s,
-                                speed=str(r.get("speed") or speed_axis(s, n)), error=r.get("error")))
-        if noise is None:
-            noise = _legacy_noise(t)
+    noise = recorded_noise(rec)
+    band = aa_band(rec)
+    recorded_speedup = _f(rec.get("speedup"))
+    head = fastest = None
+    judged = _rejudged(rec, prod_set)
+    if judged is not None:
+        refs, verdict, text, speedup, versus, versus_production, speed, head, fastest = judged
+        changed = verdict != recorded or (recorded_speedup is not None and speedup is not None
+                                         and abs(recorded_speedup - speedup) > 1e-9 * max(1.0, speedup))
+        if changed:
+            was = f"{recorded!r}" + (f" at {recorded_speedup:.4g}x" if recorded_speedup is not None else "")
+            text += f" [recorded as {was}; read under today's headline rule]"
     else:
-        noise = _legacy_noise(t)
-        refs = _legacy_refs(rec, noise, prod_set)
-    speedup = _f(rec.get("speedup"))
-    versus_text = str(t.get("versus") or "")
-    versus = None
-    if speedup is not None:
-        if versus_text.startswith("alternative "):
-            versus = versus_text.split(" ")[1]
+        refs_block = rec.get("references")
+        if isinstance(refs_block, list) and refs_block:
+            refs = []
+            for r in refs_block:
+                if not isinstance(r, dict):
+                    continue
+                p = r.get("parity") or {}
+                s = _f(r.get("speedup"))
+                refs.append(RefView(name=str(r.get("name") or "?"), role=str(r.get("role") or "alternative"),
+                                    production=bool(r.get("production")), status=str(r.get("status") or "ok"),
+                                    parity_passed=p.get("passed") if isinstance(p, dict) else None,
+                                    rel_fro=_f(p.get("rel_fro")) if isinstance(p, dict) else None,
+                                    median_ms=_f(r.get("median_ms")), speedup=s,
+                                    speed=str(r.get("speed") or speed_axis(s, noise)), error=r.get("error")))
         else:
-            base = next((r for r in refs if r.role == "baseline"), None)
-            versus = base.name if base else "baseline"
-    prod = next((r for r in refs if r.production), None)
-    versus_production = bool(prod and versus == prod.name)
-    text = rec.get("verdict_text") or rec.get("reason") or ""
-    if versus is not None and prod is not None and not versus_production and prod.name not in text:
-        text += f" [not against the production reference {prod.name}]"
-    elif versus is not None and prod is None and prod_set:
-        text += f" [no production kernel was measured ({', '.join(sorted(prod_set))})]"
-    from skillrun.evidence.verdict import reconcile
-
-    speed = speed_axis(speedup, noise)
-    recorded = verdict
-    if rec.get("mode") == "gpu_measured":
-        verdict = reconcile(recorded, speed)
-    if verdict != recorded:
-        text = (f"{text} [recorded as {recorded!r}; the ratio read against the A/A noise floor "
-                f"({noise:.2f}%) is {speed.replace('_', ' ')}]" if noise is not None else text)
+            refs = _legacy_refs(rec, noise, prod_set)
+        speedup = recorded_speedup
+        versus_text = str(t.get("versus") or "")
+        versus = None
+        if speedup is not None:
+            if versus_text.startswith("alternative "):
+                versus = versus_text.split(" ")[1]
+            else:
+                base = next((r for r in refs if r.role == "baseline"), None)
+                versus = base.name if base else "baseline"
+        prod = next((r for r in refs if r.production), None)
+        versus_production = bool(prod and versus == prod.name)
+        text = rec.get("verdict_text") or rec.get("reason") or ""
+        if versus is not None and prod is not None and not versus_production and prod.name not in text:
+            text += f" [not against the production reference {prod.name}]"
+        elif versus is not None and prod is None and prod_set:
+            text += f" [no production kernel was measured ({', '.join(sorted(prod_set))})]"
+        speed = speed_axis(speedup, noise)
+        if rec.get("mode") == "gpu_measured":
+            verdict = reconcile(recorded, speed)
+        if verdict != recorded:
+            text = (f"{text} [recorded as {recorded!r}; the ratio read against the A/A noise floor "
+                    f"({noise:.2f}%) is {speed.replace('_', ' ')}]" if noise is not None else text)
     return Summary(
         verdict=verdict, verdict_text=str(text), mode=str(rec.get("mode") or "—"),
         device=str(dev.get("name") or "—"), device_class=device_class(rec), created=str(rec.get("created") or ""),
@@ -306,7 +363,13 @@ def summarize(rec: dict[str, Any], production: Optional[Iterable[str]] = None) -
         versus=versus, versus_production=versus_production, speed=speed,
         port_parity=port.get("passed") if port else None, port_rel_fro=_f(port.get("rel_fro")), port_ms=port_ms,
         refs=refs, recorded_verdict=recorded if recorded != verdict else None,
-        production_names=sorted(prod_set or ()))
+        production_names=sorted(prod_set or ()),
+        speedup_events=head.events if head is not None else None,
+        speedup_kernel=head.kernel if head is not None else None,
+        clock_note=head.clock_note if head is not None else None,
+        aa_ratio_p10=band[0] if band else None, aa_ratio_p90=band[1] if band else None,
+        fastest_production=fastest,
+        recorded_speedup=recorded_speedup if judged is not None and recorded_speedup != speedup else None)
 
 
 # ------------------------------------------------------------------------------------ entries
@@ -338,13 +401,22 @@ class Entry:
     summary: Summary
     key: tuple  # (card, recipe, shape key, device class, mode)
     created: _dt.datetime
-    status: str = "current"  # current | superseded | invalid
+    status: str = "current"  # current | superseded | unreliable | invalid
     superseded_by: Optional[str] = None
     superseded: list["Entry"] = field(default_factory=list)  # older entries of the same key (current only)
     stale: bool = False
     stale_reasons: list[str] = field(default_factory=list)
     card_edited: bool = False
     error: Optional[str] = None
+    # Why this run can never be current (its timing cannot be trusted: an ineffective hold); such an
+    # entry is ``unreliable``, the newest reliable run of its key stays current, and a re-run is due.
+    unreliable_reasons: list[str] = field(default_factory=list)
+    # The run was judged under another tolerance than the card's today: which way it moved and how
+    # ({"direction": "loosened" | "tightened" | "changed", "keys": {key: [recorded, now]}}).
+    tolerance_change: Optional[dict[str, Any]] = None
+    # On a current entry: an older run of the same key judged under another tolerance reached another
+    # verdict (a verdict that moved with the tolerance, not with the kernel).
+    tolerance_history: Optional[str] = None
 
     @property
     def card(self) -> str:
@@ -360,7 +432,7 @@ class Entry:
 
     @property
     def label(self) -> str:
-        """current | superseded | invalid, plus 'stale' when it is."""
+        """current | superseded | unreliable | invalid, plus 'stale' when it is."""
         return self.status + (" · stale" if self.stale else "")
 
     def to_json(self) -> dict[str, Any]:
@@ -368,7 +440,8 @@ class Entry:
                 "device_class": self.key[3], "mode": self.key[4], "created": self.record.get("created"),
                 "status": self.status, "superseded_by": self.superseded_by, "stale": self.stale,
                 "stale_reasons": self.stale_reasons, "card_edited": self.card_edited, "error": self.error,
-                "summary": self.summary.to_json()}
+                "unreliable_reasons": self.unreliable_reasons, "tolerance_change": self.tolerance_change,
+                "tolerance_history": self.tolerance_history, "summary": self.summary.to_json()}
 
 
 def _sha256(path: Path) -> Optional[str]:
@@ -411,6 +484,38 @@ def _source_changes(recipe_rec: dict[str, Any], kernel_ref: str, root: Path) -> 
     return reasons
 
 
+_UPPER_TOL = ("rtol", "atol", "max_rel_fro")  # larger is looser; min_cosine: smaller is looser
+
+
+def tolerance_change(recorded: Any, now: Any) -> Optional[dict[str, Any]]:
+    """How the card's tolerance moved since a run: ``{"direction": "loosened" | "tightened" | "changed",
+    "keys": {key: [recorded, now]}}``, or None when the run was judged under today's tolerance."""
+    if not isinstance(recorded, dict) or not isinstance(now, dict):
+        return None
+    keys = {}
+    for k in sorted(set(recorded) | set(now)):
+        a, b = _f(recorded.get(k)), _f(now.get(k))
+        if a is not None and b is not None and a != b:
+            keys[k] = [a, b]
+    if not keys:
+        return None
+    loose = {(b > a) if k in _UPPER_TOL else (b < a) for k, (a, b) in keys.items()}
+    direction = "changed" if len(loose) > 1 else ("loosened" if loose == {True} else "tightened")
+    return {"direction": direction, "keys": keys}
+
+
+def unreliable_reasons(rec: dict[str, Any]) -> list[str]:
+    """Why a GPU measurement cannot be current, whatever its verdict: the timing engine recorded that
+    its device-side hold did not cover the rounds (``timing.hold.ineffective``), so launches after a slot
+    that waits for the host may have started on an idle device."""
+    hold = (rec.get("timing") or {}).get("hold")
+    if rec.get("mode") == "gpu_measured" and isinstance(hold, dict) and hold.get("ineffective"):
+        n = hold.get("unheld_rounds")
+        return [f"its hold was ineffective ({n} round(s) unheld): launches after a slot that waits for the host may "
+                "include idle-device gaps; re-run it"]
+    return []
+
+
 def staleness(rec: dict[str, Any], index: Any, root: Path) -> tuple[list[str], bool]:
     """(reasons the artifact is stale, whether the card file changed since); see the module doc."""
     card_rec = rec.get("card") or {}
@@ -431,11 +536,10 @@ def staleness(rec: dict[str, Any], index: Any, root: Path) -> tuple[list[str], b
         changed = sorted(k for k in set(recipe.config) | set(recipe_rec["config"])
                          if recipe.config.get(k) != recipe_rec["config"].get(k))
         reasons.append("the recipe's config changed since the run (" + ", ".join(changed[:6]) + ")")
-    tol = rec.get("tolerance")
-    if isinstance(tol, dict):
-        moved = sorted(k for k, v in card.tolerance.items() if k in tol and _f(tol[k]) != _f(v))
-        if moved:
-            reasons.append("the card's tolerance changed since the run (" + ", ".join(moved) + ")")
+    change = tolerance_change(rec.get("tolerance"), card.tolerance)
+    if change:
+        moved = ", ".join(f"{k} {a:g} → {b:g}" for k, (a, b) in change["keys"].items())
+        reasons.append(f"judged under an older tolerance: the card's tolerance was {change['direction']} since the run ({moved})")
     reasons += _source_changes(recipe_rec, recipe_rec.get("kernel") or recipe.kernel, root)
     return reasons, edited
 
@@ -447,8 +551,16 @@ class EvidenceIndex:
     # `skill-run e2e` records (kind e2e_validation): a whole workload, not one card/recipe/shape, so
     # they are listed beside the isolated evidence of the cards they cover, never grouped with it.
     e2e: list[E2ERecord] = field(default_factory=list)
+    # What each card of the knowledge base declares and which recipes it has (for card_status), when
+    # the index was built with one.
+    cards: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # --------------------------------------------------------------- queries
+    def card_status(self, card_id: str) -> tuple[str, str]:
+        """(status, why) of one card from this evidence (see :func:`card_status`)."""
+        c = self.cards.get(card_id) or {}
+        return card_status(card_id, str(c.get("declared") or "unvalidated"), self, c.get("recipes"))
+
     @property
     def groups(self) -> dict[tuple, list[Entry]]:
         out: dict[tuple, list[Entry]] = {}
@@ -507,7 +619,11 @@ class EvidenceIndex:
                 "current": sum(e.status == "current" for e in self.entries),
                 "superseded": sum(e.status == "superseded" for e in self.entries),
                 "stale_current": sum(e.status == "current" and e.stale for e in self.entries),
+                "unreliable": sum(e.status == "unreliable" for e in self.entries),
                 "invalid": sum(e.status == "invalid" for e in self.entries)}
+
+    def unreliable_entries(self) -> list[Entry]:
+        return [e for e in self.entries if e.status == "unreliable"]
 
 
 def _files(paths: Iterable[Path]) -> list[Path]:
@@ -525,13 +641,19 @@ def _files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def _production_names(index: Any, card_id: str) -> Optional[list[str]]:
-    """The card's ``references.production`` list today (None without an index or such a list)."""
+def _production_names(index: Any, card_id: str, device_kind: Optional[str] = None) -> Optional[list[str]]:
+    """The card's ``references.production`` list today (None without an index or such a list); with
+    ``device_kind`` (cuda, rocm, cpu) only the names that are references on that kind of device."""
     card = index.skills.get(card_id) if index is not None else None
     if card is None:
         return None
-    names = (card.references or {}).get("production")
-    return [str(n) for n in names] if names else None
+    refs = card.references or {}
+    names = [str(n) for n in refs.get("production") or []]
+    if device_kind and names:
+        here = {str(n) for d, n in (refs.get("baseline_names") or {}).items() if d == device_kind}
+        here |= {str(a.get("name")) for a in refs.get("alternatives") or [] if a.get("device") in (None, device_kind)}
+        names = [n for n in names if n in here] or names
+    return names or None
 
 
 def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Path | None = None,
@@ -549,6 +671,9 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
 
         root = kb_root()
     ev = EvidenceIndex(root=Path(root))
+    if index is not None:
+        ev.cards = {cid: {"declared": str((c.data.get("validation") or {}).get("status") or "unvalidated"),
+                          "recipes": [r.name for r in c.recipes]} for cid, c in index.skills.items()}
     loaded: list[tuple[Path, Optional[dict], Optional[str]]] = []
     if records is not None:
         for rec in records:
@@ -582,27 +707,79 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
         if ck not in stale_cache:
             stale_cache[ck] = staleness(rec, index, ev.root)
         reasons, edited = stale_cache[ck]
+        card = index.skills.get(card_id) if index is not None else None
         ev.entries.append(Entry(path=rel, abs_path=f if f.is_absolute() else ev.root / f, record=rec,
-                                summary=summarize(rec, _production_names(index, card_id)), key=key, created=parse_created(rec.get("created")),
-                                stale=bool(reasons), stale_reasons=list(reasons), card_edited=edited))
+                                summary=summarize(rec, _production_names(index, card_id, (rec.get("device") or {}).get("kind"))), key=key, created=parse_created(rec.get("created")),
+                                stale=bool(reasons), stale_reasons=list(reasons), card_edited=edited,
+                                unreliable_reasons=unreliable_reasons(rec),
+                                tolerance_change=tolerance_change(rec.get("tolerance"), card.tolerance) if card is not None else None))
     for lst in ev.groups.values():
-        head, older = lst[0], lst[1:]
+        # The newest run whose timing can be trusted is current; a newer unreliable one supersedes nothing.
+        reliable = [e for e in lst if not e.unreliable_reasons]
+        for e in lst:
+            if e.unreliable_reasons:
+                e.status = "unreliable"
+        if not reliable:
+            continue
+        head, older = reliable[0], reliable[1:]
         head.status = "current"
         head.superseded = older
         for e in older:
             e.status = "superseded"
             e.superseded_by = head.path
+        head.tolerance_history = _tolerance_history(head, [e for e in lst if e is not head and e.created <= head.created])
     return ev
 
 
-def card_status(card_id: str, declared: str, ev: Optional[EvidenceIndex]) -> tuple[str, str]:
-    """(status, why) of one card for `skill-run list`: what the card declares, unless its evidence
-    contradicts it. A card that claims validation while every current GPU artifact of it is stale
-    reads ``stale``: those runs measured kernel code or a recipe that no longer exists."""
-    if ev is None or declared not in ("validated", "partially_validated"):
-        return declared, ""
-    gpu = [e for e in ev.current_entries() if e.card == card_id and e.key[4] == "gpu_measured"]
-    if gpu and all(e.stale for e in gpu):
-        return "stale", f"the card says {declared}, but all {len(gpu)} current GPU artifact(s) are stale"
+def _tolerance_history(head: Entry, older: list[Entry]) -> Optional[str]:
+    """A note when the run this one supersedes was judged under another tolerance and read another
+    verdict: the verdict moved with the tolerance (or with it too), which a reader must see."""
+    for old in older:
+        change = tolerance_change(old.record.get("tolerance"), head.record.get("tolerance"))
+        if change and old.summary.verdict != head.summary.verdict:
+            moved = ", ".join(f"{k} {a:g} → {b:g}" for k, (a, b) in change["keys"].items())
+            return (f"judged under a {change['direction']} tolerance ({moved}) than {old.path}, which read "
+                    f"{old.summary.verdict!r}; the verdict moved with the tolerance")
+    return None
+
+
+def card_status(card_id: str, declared: str, ev: Optional[EvidenceIndex], recipes: Optional[Iterable[str]] = None
+                ) -> tuple[str, str]:
+    """(status, why) of one card, computed from its evidence: the one function `list`, `report`,
+    `plan`, MCP and the README read (a word of skillrun.evidence.verdict.CARD_STATUSES).
+
+    * ``validated``: a current, non-stale GPU run of the card is ``validated`` (it beat the fastest
+      oracle-correct production kernel), and every recipe (shape class) has current GPU evidence;
+    * ``partially_validated``: some shape is validated, some recipes have no current GPU evidence;
+    * ``measured``: current GPU evidence, but no shape beats its production kernel;
+    * ``stale``: every current GPU run of it is stale; ``compile_verified``: compile-only evidence alone;
+    * otherwise what the card declares, if it claims no validation (``seed_claims``), else ``unvalidated``.
+
+    ``recipes``: the card's recipe names (for ``validated`` vs ``partially_validated``).
+    """
+    claims_nothing = declared if declared in ("seed_claims",) else "unvalidated"
+    if ev is None:
+        return claims_nothing, ""
+    cur = [e for e in ev.current_entries() if e.card == card_id]
+    gpu = [e for e in cur if e.key[4] == "gpu_measured"]
     fresh = [e for e in gpu if not e.stale]
-    return declared, (f"{len(fresh)} current GPU artifact(s), {len(gpu) - len(fresh)} stale" if gpu else "")
+    unreliable = sum(e.card == card_id for e in ev.unreliable_entries())
+    tail = f"; {unreliable} unreliable run(s) not counted" if unreliable else ""
+    if gpu and not fresh:
+        return "stale", f"all {len(gpu)} current GPU artifact(s) are stale (kernel or recipe changed since){tail}"
+    if fresh:
+        counts: dict[str, int] = {}
+        for e in fresh:
+            counts[e.summary.verdict] = counts.get(e.summary.verdict, 0) + 1
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        why = f"{len(fresh)} current GPU artifact(s): {verdicts}" + (f"; {len(gpu) - len(fresh)} stale" if len(gpu) > len(fresh) else "") + tail
+        if "validated" not in counts:
+            return "measured", why
+        names = set(recipes or ())
+        measured = {e.recipe for e in fresh}
+        if names and not names <= measured:
+            return "partially_validated", why + f"; {len(names - measured)} of {len(names)} recipe(s) without GPU evidence"
+        return "validated", why
+    if any(e.summary.verdict == "compile_verified" for e in cur):
+        return "compile_verified", f"{sum(e.summary.verdict == 'compile_verified' for e in cur)} compile-only artifact(s); no GPU run"
+    return claims_nothing, ("CPU numerics only" if cur else "") + tail

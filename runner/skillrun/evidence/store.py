@@ -82,6 +82,33 @@ def machine_path_in_kb(path: str | Path, root: Path | None = None) -> str:
     return kb_relative(Path(path).absolute(), root)
 
 
+def record_path(path: str | Path, root: Path | None = None) -> str:
+    """A path on this machine as a record may carry it: KB-relative (:func:`machine_path_in_kb`), and a
+    path that stays absolute (outside the knowledge base: a working folder, a /tmp plan) redacted to
+    ``<redacted>/<its file name>``, so no record names this machine's folders."""
+    from skillrun.io.redact import REDACTED
+
+    rel = machine_path_in_kb(path, root)
+    if not Path(rel).is_absolute():
+        return rel
+    name = Path(rel).name
+    return f"{REDACTED}/{name}" if name else REDACTED
+
+
+def record_command(words: list[str] | str, root: Path | None = None) -> list[str] | str:
+    """A command line for a record: every absolute path in it (a word, or the value of ``--opt=PATH``)
+    passed through :func:`record_path`; other words as written."""
+    def one(w: str) -> str:
+        head, eq, tail = w.partition("=")
+        if eq and tail.startswith("/"):
+            return f"{head}={record_path(tail, root)}"
+        return record_path(w, root) if w.startswith("/") else w
+
+    if isinstance(words, str):
+        return " ".join(one(w) for w in words.split(" "))
+    return [one(str(w)) for w in words]
+
+
 def record_folder(folder: Path) -> Path:
     """``folder``, created if missing; a symlink there is refused."""
     folder = Path(folder)

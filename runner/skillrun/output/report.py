@@ -127,15 +127,30 @@ def speedup_text(rec: dict[str, Any]) -> str:
     return f"{s:.3f}x vs {label}"
 
 
-def noise_text(s: Summary) -> str:
-    return f"{s.noise_pct:.2f}%" if s.noise_pct is not None else "—"
+def noise_text(s: Summary, band: bool = False) -> str:
+    """The A/A noise the verdict used (one figure everywhere), with the p10-p90 of the A/A ratio if asked."""
+    if s.noise_pct is None:
+        return "—"
+    if band and s.aa_ratio_p10 is not None and s.aa_ratio_p90 is not None:
+        return f"{s.noise_pct:.2f}% (A/A ratio p10–p90 {s.aa_ratio_p10:.3f}–{s.aa_ratio_p90:.3f})"
+    return f"{s.noise_pct:.2f}%"
+
+
+def clocks_text(s: Summary) -> str:
+    """Both clocks of the headline where they disagree ('' where they agree or one is missing)."""
+    if not s.clock_note or s.speedup_events is None or s.speedup_kernel is None:
+        return ""
+    return f"events {s.speedup_events:.3g}×, kernel durations {s.speedup_kernel:.3g}×: the smaller counts"
 
 
 def _row(rec: dict[str, Any]) -> list[str]:
     t = rec.get("timing") or {}
     parity = rec.get("parity") or {}
-    ref_ms, _ = reference_ms(rec)
     s = summarize(rec)
+    head = next((r for r in s.refs if r.name == s.versus), None)
+    # the headline as today's rule reads it (the same as `report`), never the file's own older one
+    ref_ms = head.median_ms if head is not None and head.median_ms is not None else reference_ms(rec)[0]
+    speed = f"{s.speedup:.3f}x vs {s.versus}" if s.speedup is not None and s.versus else speedup_text(rec)
     return [
         (rec.get("card") or {}).get("id", "—"),
         (rec.get("recipe") or {}).get("name", "—") + (" (untuned)" if (rec.get("recipe") or {}).get("untuned") else ""),
@@ -144,7 +159,7 @@ def _row(rec: dict[str, Any]) -> list[str]:
         parity_text(parity.get("port")) + " / " + parity_text(parity.get("baseline")),
         _num((t.get("port_ms") or {}).get("median")),
         _num(ref_ms),
-        speedup_text(rec),
+        speed,
         _vs_production(s),
         noise_text(s),
         (_num(_roofline_share(rec), 3) + "%") if _roofline_share(rec) is not None else "—",
@@ -186,13 +201,15 @@ def results_answer(records: list[dict[str, Any]]) -> str:
 
     if not records:
         return "[bold]Answer:[/] nothing ran (the plan has no runnable item)"
-    counts = Counter(str(r.get("verdict") or "—") for r in records)
+    # Each record as the one headline rule reads it (both clocks included), as `report` will.
+    judged = [(summarize(r), r) if isinstance(r.get("recipe"), dict) else (None, r) for r in records]
+    counts = Counter(str((s.verdict if s is not None else r.get("verdict")) or "—") for s, r in judged)
     words = []
     for v, n in counts.most_common():
         style = verdict_style(v)
         words.append(f"[{style}]{n} {x(v)}[/]" if style else f"{n} {x(v)}")
-    timed = [(r.get("speedup"), (r.get("card") or {}).get("id")) for r in records
-             if isinstance(r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
+    timed = [((s.speedup if s is not None else r.get("speedup")), (r.get("card") or {}).get("id")) for s, r in judged
+             if isinstance(s.speedup if s is not None else r.get("speedup"), (int, float)) and r.get("mode") == "gpu_measured"]
     extra = ""
     if timed:
         lo, hi = min(timed, key=lambda t: t[0]), max(timed, key=lambda t: t[0])
@@ -263,11 +280,14 @@ def summary_row(e: Entry) -> dict[str, Any]:
         speed_sub = "CPU timing: not GPU evidence"
     elif s.speedup is not None:
         speed = f"{s.speedup:.3f}× vs {s.versus}"
-        if not s.versus_production and prod is not None:
+        if s.verdict == "no_production_reference":
+            speed += " (an alternative: no production kernel was compared)"
+        elif not s.versus_production and prod is not None:
             speed += f" (not the production {prod.name})"
         elif not s.versus_production and s.production_names:
             speed += " (not a production kernel)"
-        speed_sub = f"A/A noise {noise_text(s)} · {SPEED_WORD[s.speed]}"
+        clocks = clocks_text(s)
+        speed_sub = (f"{clocks} · " if clocks else "") + f"A/A noise {noise_text(s, band=True)} · {SPEED_WORD[s.speed]}"
     elif s.mode == "gpu_measured":
         speed = "no speedup"
         speed_sub = "no oracle-correct reference timed" if s.verdict == "skipped" else s.verdict
@@ -280,6 +300,7 @@ def summary_row(e: Entry) -> dict[str, Any]:
     evidence = ["STALE" if e.stale else "current"]
     if e.superseded:
         evidence.append(f"{len(e.superseded)} superseded")
+    notes = list(e.stale_reasons) + ([e.tolerance_history] if e.tolerance_history else [])
     # An edit to the card's prose is not news on every row (it is in --json as card_edited).
     return {
         "entry": e,
@@ -304,7 +325,7 @@ def summary_row(e: Entry) -> dict[str, Any]:
         "date": s.created[:16].replace("T", " "),
         "software": soft,
         "evidence": evidence,
-        "stale_reasons": list(e.stale_reasons),
+        "stale_reasons": notes,
         "path": e.path,
     }
 
@@ -344,7 +365,13 @@ def summary_table(ev: EvidenceIndex):
             if card is not None:
                 table.add_section()
             card = row["card"]
-            table.add_row(Text(card, style="bold"), *[""] * (len(SUMMARY_COLUMNS) - 1))
+            head = Text(card, style="bold")
+            if card in ev.cards:  # the card's status, from the same function as `list` and the README
+                from skillrun.evidence.verdict import CARD_STATUSES, TONE_STYLE
+
+                status = ev.card_status(card)[0]
+                head.append(f"\n{status}", style=TONE_STYLE[CARD_STATUSES.get(status, ('neutral', ''))[0]])
+            table.add_row(head, *[""] * (len(SUMMARY_COLUMNS) - 1))
         verdict = Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))
         vt = row["verdict_text"].strip()
         # The speedup cell already says faster/slower/within noise; the text matters when nothing was compared.
@@ -367,14 +394,19 @@ def history_table(ev: EvidenceIndex):
     from rich.table import Table
 
     rows = [(e, old) for e in ev.current_entries() for old in e.superseded]
-    if not rows and not ev.invalid_entries():
+    if not rows and not ev.invalid_entries() and not ev.unreliable_entries():
         return None
-    table = Table(title="Superseded and invalid records (older runs of a row above)", show_lines=False, title_justify="left")
+    table = Table(title="Superseded, unreliable and invalid records (older or untrusted runs of a row above)",
+                  show_lines=False, title_justify="left")
     for c in ("current", "older record", "its verdict", "date", "stale"):
         table.add_column(c, overflow="fold")
     for cur, old in rows:
         table.add_row(f"{cur.card} / {cur.recipe} / {shape_text(cur.record)}", old.path, old.summary.verdict,
                       old.summary.created[:16].replace("T", " "), "stale" if old.stale else "")
+    for bad in ev.unreliable_entries():  # never current: its timing cannot be trusted
+        table.add_row(f"{bad.card} / {bad.recipe} / {shape_text(bad.record)} (not current)", bad.path,
+                      f"{bad.summary.verdict}, unreliable", bad.summary.created[:16].replace("T", " "),
+                      "; ".join(bad.unreliable_reasons))
     for bad in ev.invalid_entries():
         table.add_row("—", bad.path, "invalid", "", bad.error or "")
     return table
@@ -722,12 +754,15 @@ def _brk(text: Any) -> str:
         if len(part) > _LONG_CXX and ("::" in part or "<" in part) and re.search(r"\d", part):
             keep = (_LONG_CXX - 1) // 2
             out.append(f'<span class="n" title="{html.escape(part, quote=True)}">{html.escape(part[:keep] + "…" + part[-keep:])}</span>')
+        elif _RANGE.match(part):  # a range of numbers (0.981–1.014, p10-p90): a browser may break at its dash
+            out.append(f'<span class="n">{html.escape(part)}</span>')
         else:
             out.append(_BREAK_AFTER.sub(r"\g<0><wbr>", html.escape(part)))
     return "".join(out)
 
 
 _LONG_CXX = 41
+_RANGE = re.compile(r"^[(\[]?[a-z]?[\d.]+[×x%]?[-–][a-z]?[\d.]+[×x%]?[)\]]?[,;:.]?$")
 
 
 # After _ / , : anywhere, after a dot only before a letter (a module path, never a decimal point).
@@ -767,7 +802,8 @@ def throughput_text(rec: dict[str, Any], speedup: float | None = None) -> str:
 
 
 def _badge(verdict: str) -> str:
-    return f'<span class="v" style="background:{VERDICT_COLOR.get(verdict, "#6e7781")}">{html.escape(verdict)}</span>'
+    # a long verdict (no_production_reference) may wrap after its underscores in a narrow cell
+    return f'<span class="v" style="background:{VERDICT_COLOR.get(verdict, "#6e7781")}">{_brk(verdict)}</span>'
 
 
 def _details_body(rec: dict[str, Any]) -> str:
@@ -776,6 +812,9 @@ def _details_body(rec: dict[str, Any]) -> str:
     s = summarize(rec)
     if s.verdict_text:
         parts.append(f"<p><b>verdict</b>: {_badge(s.verdict)} {_brk(s.verdict_text)}</p>")
+    written = rec.get("verdict_text") or rec.get("reason")
+    if s.recorded_verdict and written:  # re-judged: what the file itself says stays readable
+        parts.append(f"<p class='muted'><b>as recorded</b>: {_badge(s.recorded_verdict)} {_brk(str(written))}</p>")
     t = rec.get("timing") or {}
     if t:
         parts.append(f"<p><b>timing</b>: {e(_readable('method', t.get('method')))}; rounds {e(_readable('rounds', t.get('rounds')))}, "

@@ -2,9 +2,13 @@
 
 What it should buy is, in order: the current, non-stale GPU measurement of the same card, recipe and
 shape on the same device class (from :mod:`skillrun.evidence.index`, quoted with its path and age), else the
-card's prior for the recipe. A recipe's lever and "loses" lines are the card's words about the shapes
-it was measured on; the plan says which shapes those were, and never restates them as facts of the
-planned shape.
+card's prior for the recipe. A measurement is read against the trace's own call: the reference that
+reproduces it (:mod:`skillrun.plan.callpattern`: scale layout, a loop of calls or one batched call,
+eager or graph) is the item's baseline, the fastest oracle-correct production kernel is shown beside
+it, and where the evidence says the trace's call fails the oracle the item says so first ("your call
+returns wrong results here: ...") with what to do. A recipe's lever and "loses" lines are the card's
+words about the shapes it was measured on; the plan says which shapes those were, and never restates
+them as facts of the planned shape.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from skillrun.kb.index import SkillIndex
 from skillrun.kb.regex import RegexRejected, compile_card_regex
 from skillrun.models import KernelStat, MatchReport, Plan, PlanItem, Profile
 from skillrun.ingest.names import name_forms
+from skillrun.plan.callpattern import call_pattern, trace_reference
 from skillrun.plan.match import op_classes
 from skillrun.plan.select import select_recipe
 
@@ -71,7 +76,67 @@ def _evidence_dict(e) -> dict[str, Any]:
     return {"path": e.path, "created": s.created, "age": age_text(e.created), "speedup": s.speedup, "versus": s.versus,
             "versus_production": s.versus_production, "noise_pct": s.noise_pct, "speed": s.speed, "verdict": s.verdict,
             "verdict_text": s.verdict_text, "device": s.device_class, "commit": s.commit, "timing_mode": s.timing_mode,
-            "shape": e.shape, "card_edited": e.card_edited, "engine": s.engine}
+            "shape": e.shape, "card_edited": e.card_edited, "engine": s.engine,
+            "speedup_events": s.speedup_events, "speedup_kernel": s.speedup_kernel, "clock_note": s.clock_note,
+            "aa_ratio_p10": s.aa_ratio_p10, "aa_ratio_p90": s.aa_ratio_p90, "fastest_production": s.fastest_production}
+
+
+def _parity_detail(record: dict[str, Any], name: str, rel_fro: Optional[float]) -> str:
+    """How a reference failed the oracle, in the artifact's own numbers."""
+    for r in record.get("references") or []:
+        if isinstance(r, dict) and r.get("name") == name:
+            p = r.get("parity") or {}
+            if p.get("sampled_failed"):
+                return f"{p['sampled_failed']} of {p.get('sampled_checked')} sampled timed calls off the oracle"
+            if isinstance(p.get("mismatched"), int) and p.get("elements"):
+                return f"rel_fro {p.get('rel_fro', float('nan')):.2g}, {p['mismatched']} of {p['elements']} elements outside the tolerance"
+    return f"rel_fro {rel_fro:.2g}" if rel_fro is not None else "outside the card's tolerance"
+
+
+def _versus_trace_call(item: PlanItem, card: SkillCard, hit) -> None:
+    """Read the measurement against the trace's own call: the ratio to the reference that reproduces
+    it becomes the item's expected speedup, and a call that fails the oracle is said first, with what to do."""
+    tc = item.trace_call or {}
+    name = tc.get("reference")
+    if not name:
+        return
+    s = hit.summary
+    ref = next((r for r in s.refs if r.name == name), None)
+    if ref is None:
+        item.notes.append(f"the trace's call ({name}) was not measured in {hit.path}")
+        return
+    detail = _parity_detail(hit.record, name, ref.rel_fro) if ref.parity_passed is False else None
+    item.versus_trace_call = {"name": name, "production": ref.production, "status": ref.status, "speedup": ref.speedup,
+                              "speed": ref.speed, "events": ref.events_speedup, "kernel": ref.kernel_speedup,
+                              "clock_note": ref.clock_note, "passed": ref.parity_passed, "detail": detail, "path": hit.path}
+    if ref.speedup is not None:
+        item.expected_speedup = ref.speedup
+    mode = s.timing_mode
+    if mode == "CUDA graph" and tc.get("graph") is False:
+        item.notes.append(f"the trace launches its call eagerly; {name} was timed as CUDA-graph replays, so the launch "
+                          "overhead the trace pays is not in the ratio")
+    elif mode == "eager" and tc.get("graph"):
+        item.notes.append(f"the trace replays its call from a CUDA graph; {name} was timed eagerly, with launch overhead "
+                          "the trace does not pay")
+    if ref.parity_passed is not False:
+        return
+    # What to do: the fastest oracle-correct kernel measured here, the port or a reference.
+    correct = [r for r in s.refs if r.parity_passed is True and r.speedup is not None]
+    best = min(correct, key=lambda r: r.speedup) if correct else None
+    hows = {str(e.get("name")): e.get("how") for e in (card.references.get("trace_calls") or []) if e.get("how")}
+    if best is not None and best.speed == "slower":
+        item.versus_trace_call["do"] = f"switch to {best.name}"
+        how = hows.get(best.name)
+        do = (f"switch to {best.name}" + (f" ({how})" if how else "")
+              + f": oracle-correct and the fastest kernel measured here (the port runs at {best.speedup:.3g}× its speed)")
+    else:
+        item.versus_trace_call["do"] = "adopt the port"
+        do = (f"adopt the port (recipe {item.recipe}): oracle-correct"
+              + (f", {ref.speedup:.3g}× vs your call" if ref.speedup is not None else "")
+              + ("; no other oracle-correct kernel was timed" if best is None else
+                 f"; the fastest oracle-correct reference, {best.name}, runs {1 / best.speedup:.3g}× the port's speed"))
+    item.wrong_results = (f"your call returns wrong results here: {name}, which reproduces the trace's call "
+                          f"({tc.get('description') or tc.get('op')}), fails the fp32 oracle ({detail}; {hit.path}); do: {do}")
 
 
 def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, arch: Optional[str], device: Optional[str]) -> None:
@@ -86,6 +151,7 @@ def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, a
         if s.speedup is not None:
             item.expected_speedup = s.speedup
             item.expected_source = "measured"
+            _versus_trace_call(item, card, hit)
             if s.engine == "position_biased":
                 item.notes.append("timed by the earlier, position-biased engine (no device hold, slot order alternating): "
                                   "its ratios can read up to 45% against the port; re-run to confirm")
@@ -102,7 +168,7 @@ def _quote_evidence(item: PlanItem, card: SkillCard, recipe: Recipe, evidence, a
 
 
 def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, index: SkillIndex, arch: str | None,
-          evidence=None, device: Optional[str] = None) -> PlanItem:
+          evidence=None, device: Optional[str] = None, oc=None) -> PlanItem:
     facts = index.device_facts(arch) if arch else index.device_facts(card.gens[0])
     base = dict(
         skill_id=card.id,
@@ -142,14 +208,27 @@ def _item(card: SkillCard, k: KernelStat, shape, provenance, dtype, share_pct, i
         prior_versus=prior_versus(r),
         notes=notes,
     )
+    if oc is not None:
+        pattern = call_pattern(oc, k)
+        entry = trace_reference(card.references.get("trace_calls"), pattern)
+        item.trace_call = {**pattern, "reference": entry.get("name") if entry else None}
     _quote_evidence(item, card, r, evidence, arch, device)
     speed = item.expected_speedup
-    if item.expected_source == "measured" and item.evidence["speed"] == "within_noise":
+    vs = item.versus_trace_call or {}
+    if item.wrong_results:
+        pass  # the item says what to do instead of "keep the baseline": the baseline is wrong here
+    elif item.expected_source == "measured" and (vs.get("speed") or item.evidence["speed"]) == "within_noise":
         item.notes.append(f"measured {speed:.3f}x is inside the A/A noise: no measurable win; keep the baseline")
     elif speed < 1.0:
         what = "measured" if item.expected_source == "measured" else "the card expects"
         item.notes.append(f"{what} {speed:.2f}x here: keep the baseline for this shape unless a run says otherwise")
     item.projected_e2e_gain_pct = projected_gain_pct(share_pct, speed)
+    if item.expected_source == "card_prior" and sel.untuned:
+        item.projected_e2e_gain_pct = None  # an untuned fallback's prior is no ratio of anything measured
+        item.notes.append("no gain projected: the card's prior for an untuned fallback is not a measurement of this shape")
+    elif item.expected_source == "measured" and not item.versus_trace_call and item.evidence["verdict"] == "no_production_reference":
+        item.projected_e2e_gain_pct = None  # a ratio against an alternative is not a gain over what the trace runs
+        item.notes.append("no gain projected: the measurement compared no production kernel and not the trace's own call")
     return item
 
 
@@ -186,7 +265,8 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
         foreign_us = sum(oc.total_us for oc in k.ops if oc not in mine)
         shaped = [oc for oc in mine if oc.shape and keys <= set(oc.shape)]
         for oc in shaped:
-            items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch, **ev_kw))
+            items.append(_item(card, k, oc.shape, oc.provenance, oc.dtype, 100.0 * oc.total_us / total, index, profile.arch,
+                               oc=oc, **ev_kw))
         if "batch" in keys and not shapes:
             for oc in mine:
                 if oc in shaped or not oc.shape or "batch" in oc.shape or not keys <= set(oc.shape) | {"batch"}:
@@ -201,7 +281,7 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
                         shaped.append(oc)
                     continue
                 it = _item(card, k, {"batch": oc.loop_batch, **oc.shape}, "inferred_loop", oc.dtype, 100.0 * oc.total_us / total,
-                           index, profile.arch, **ev_kw)
+                           index, profile.arch, oc=oc, **ev_kw)
                 it.notes.append(f"batch={oc.loop_batch} inferred from runs of {oc.loop_batch} identical {oc.op} calls "
                                 f"({','.join(f'{a}={b}' for a, b in oc.shape.items())}) per profiler step; --shape overrides it")
                 items.append(it)
@@ -236,6 +316,10 @@ def make_plan(profile: Profile, report: MatchReport, index: SkillIndex, shapes: 
     if gains:
         plan.projected_gain_pct = round(sum(max(0.0, g) for g in gains), 4)
         plan.projected_gain_all_pct = round(sum(gains), 4)
+        plan.measured_gain_pct = round(sum(max(0.0, it.projected_e2e_gain_pct) for it in plan.items
+                                           if it.projected_e2e_gain_pct is not None and it.expected_source == "measured"), 4)
+        plan.prior_gain_pct = round(sum(max(0.0, it.projected_e2e_gain_pct) for it in plan.items
+                                        if it.projected_e2e_gain_pct is not None and it.expected_source == "card_prior"), 4)
     return plan
 
 
@@ -300,7 +384,8 @@ def _merge(items: list[PlanItem]) -> list[PlanItem]:
             continue
         first = merged[key]
         first.pct_gpu = round(first.pct_gpu + it.pct_gpu, 4)
-        first.projected_e2e_gain_pct = projected_gain_pct(first.pct_gpu, first.expected_speedup)
+        if first.projected_e2e_gain_pct is not None:  # None stays None (an untuned prior, an alternative's ratio)
+            first.projected_e2e_gain_pct = projected_gain_pct(first.pct_gpu, first.expected_speedup)
         if it.kernel != first.kernel and f"also replaces {it.kernel[:80]}" not in first.notes:
             first.notes.append(f"also replaces {it.kernel[:80]}")
         for n in it.notes:
@@ -332,6 +417,9 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
 
     shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items()) or "shape unresolved"
     lines = [f"[bold][{i}][/] {x(it.skill_id)}  {x(shape)}  [dim]({x(it.shape_provenance)}, {it.pct_gpu:.2f}% of GPU time)[/]"]
+    if it.wrong_results:  # said first: the user's own call is wrong here
+        head, _, rest = it.wrong_results.partition(": ")
+        lines.append(f"    [bold red]{x(head)}[/]: {x(rest)}")
     if it.recipe:
         tag = " [bold yellow]UNTUNED[/]" if it.untuned else ""
         lines.append(f"    recipe [bold]{x(it.recipe)}[/]{tag} → {x(str(it.kernel_ref))} {x(json.dumps(it.config))}")
@@ -342,16 +430,38 @@ def item_lines(i: int, it: PlanItem) -> list[str]:
     refs = it.references
     base = ", ".join(f"{k}={v}" for k, v in refs.get("baseline", {}).items())
     lines.append(f"    references: oracle {x(str(refs.get('oracle', '—')))}; baseline {x(base or '—')}")
+    if it.trace_call:
+        tc = it.trace_call
+        who = f"reproduced by [bold]{x(tc['reference'])}[/]" if tc.get("reference") else "no reference of the card reproduces it"
+        lines.append(f"    the trace's call: {x(tc.get('description') or tc.get('op'))} ({who})")
     if it.expected_speedup:
-        gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "—"
+        gain = f"{it.projected_e2e_gain_pct:.2f}% of GPU time" if it.projected_e2e_gain_pct is not None else "none counted"
         if it.expected_source == "measured" and it.evidence:
             ev = it.evidence
             noise = f"A/A noise {ev['noise_pct']:.2f}%" if ev.get("noise_pct") is not None else "no A/A noise"
+            vs = it.versus_trace_call
             # Coloured by what the ratio means (faster green, slower amber, within noise plain), never by where it came from.
-            style = " ".join(("bold", speed_style(ev.get("speed") or "not_timed"))).strip()
-            lines.append(f"    expected [{style}]{it.expected_speedup:.3f}×[/] measured on {x(ev['device'])} vs {x(str(ev['versus']))}"
-                         f" ({noise}, {x(ev['speed'].replace('_', ' '))}; {x(str(ev.get('timing_mode') or ''))}, commit {x(ev['commit'])})"
+            speed = (vs or ev).get("speed") or "not_timed"
+            style = " ".join(("bold", speed_style(speed))).strip()
+            if vs and vs.get("speedup") is not None:
+                against = f"your call {x(vs['name'])}" + (" (which fails the oracle)" if vs.get("passed") is False else "")
+            else:
+                against = x(str(ev["versus"]))
+            lines.append(f"    expected [{style}]{it.expected_speedup:.3f}×[/] measured on {x(ev['device'])} vs {against}"
+                         f" ({noise}, {x(speed.replace('_', ' '))}; {x(str(ev.get('timing_mode') or ''))}, commit {x(ev['commit'])})"
                          f" → projected end-to-end gain f·(1−1/s) = {gain}")
+            clocks = vs if vs and vs.get("clock_note") else (ev if ev.get("clock_note") else None)
+            if clocks:
+                e_, k_ = clocks.get("events") or clocks.get("speedup_events"), clocks.get("kernel") or clocks.get("speedup_kernel")
+                lines.append(f"    two clocks: events {e_:.3g}×, kernel durations {k_:.3g}× (the smaller counts): {x(clocks['clock_note'])}")
+            if vs and vs.get("speedup") is not None and ev.get("versus") != vs["name"] and ev.get("speedup") is not None:
+                if ev.get("fastest_production") == ev.get("versus"):
+                    what = "the fastest oracle-correct production kernel measured"
+                elif ev.get("verdict") == "no_production_reference":
+                    what = "an alternative: no production kernel was compared"
+                else:
+                    what = "the fastest production kernel measured, which fails the oracle"
+                lines.append(f"    beside it: {ev['speedup']:.3f}× vs {x(str(ev['versus']))}, {what} (verdict {x(ev['verdict'])})")
             lines.append(f"    evidence: {x(ev['path'])} ({x(ev['age'])}, shape {x(_shape_words(ev['shape'], tuple(ev['shape'])))})")
         else:
             vs = f", a ratio against {x(it.prior_versus)}" if it.prior_versus else ", against no named reference"
@@ -373,9 +483,15 @@ def plan_lines(plan: Plan) -> list[str]:
         lines += item_lines(i, it)
     if plan.projected_gain_pct is not None:
         measured = sum(it.expected_source == "measured" for it in plan.items)
-        lines.append(f"[bold]Projected end-to-end gain[/]: {plan.projected_gain_pct:.2f}% of GPU time, keeping the baseline where "
-                     f"the port is slower ({plan.projected_gain_all_pct:.2f}% if every item were adopted); "
-                     f"{measured} of {len(plan.items)} item(s) quote a measurement, the rest the card's prior")
+        prior = len(plan.items) - measured
+        lines.append(f"[bold]Projected end-to-end gain[/], keeping the baseline where the port is slower: "
+                     f"{plan.measured_gain_pct or 0.0:.2f}% of GPU time from measurements ({measured} item(s)); "
+                     f"{plan.prior_gain_pct or 0.0:.2f}% more from card priors ({prior} item(s), not measured here; an untuned "
+                     f"fallback adds none); {plan.projected_gain_all_pct:.2f}% if every item were adopted")
+    wrong = [(i, it) for i, it in enumerate(plan.items, 1) if it.wrong_results]
+    if wrong:
+        lines.append(f"[bold red]Your call returns wrong results[/] in {len(wrong)} item(s): "
+                     + ", ".join(f"[{i}]" for i, _ in wrong) + " (each says what to do)")
     todo = [it for it in plan.items if it.next_command and it.status == "planned"]
     if todo:
         lines.append(f"{len(todo)} item(s) without a measurement: run the [bold]next:[/] command of each")
@@ -412,9 +528,24 @@ def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
     if gain is None:
         gain_text = "projected gain unknown (no expected speedup)"
     else:
-        style = "green" if gain > 0.005 else ("yellow" if gain < -0.005 else "")
-        words = f"projected end-to-end gain {gain:+.2f}% of GPU time"
-        gain_text = f"[{style}]{words}[/]" if style else words
+        # Measured apart from prior: only the measured part is coloured; a prior never reads as a win.
+        mgain = plan.measured_gain_pct or 0.0
+        style = "green" if mgain > 0.005 else ("yellow" if mgain < -0.005 else "")
+        words = f"projected end-to-end gain {mgain:+.2f}% of GPU time"
+        gain_text = (f"[{style}]{words}[/]" if style else words) + f" measured ({measured} item(s))"
+        prior_n = len(plan.items) - measured
+        if prior_n:
+            gain_text += f", card priors {plan.prior_gain_pct or 0.0:+.2f}% more ({prior_n} item(s), not measured)"
+    # The user's own call being wrong is said first: it matters more than any speedup.
+    wrong = [(i, it) for i, it in enumerate(plan.items, 1) if it.wrong_results]
+    lead = ""
+    if wrong:
+        i, it = wrong[0]
+        shape = ",".join(f"{k}={v}" for k, v in (it.shape or {}).items())
+        vs = it.versus_trace_call or {}
+        lead = (f"[bold red]your call returns wrong results here[/]: [{i}] {x(shape)} ({x(str(vs.get('name')))} fails the fp32 oracle"
+                + (f"; {x(vs['do'])}" if vs.get("do") else "") + ")"
+                + (f" and in {len(wrong) - 1} more item(s)" if len(wrong) > 1 else "") + "; ")
     todo = [it for it in plan.items if it.next_command and it.status == "planned"]
     unresolved = [it for it in plan.items if it.status == "unresolved_shape" and it.next_command]
     if unresolved:  # no gain can be projected for an item without a shape: that comes first
@@ -426,9 +557,9 @@ def answer_line(plan: Plan, matched_cards: int, trace: str = "TRACE") -> str:
                f"does not determine: `{x(u.next_command)}`{more}")
     elif todo:
         nxt = f"next: measure the {len(todo)} unmeasured item(s) on a GPU (`{x(todo[0].next_command)}`" + (", …)" if len(todo) > 1 else ")")
-    elif gain is not None and gain <= 0.005:
+    elif gain is not None and (plan.measured_gain_pct or 0.0) <= 0.005:
         nxt = "next: keep the production kernels (the measured ports are not faster here)"
     else:
         nxt = "next: adopt the ports of the items with a gain, or confirm end to end with `skill-run e2e`"
-    return (f"[bold]Answer:[/] {matched_cards} card(s) match {share:.1f}% of GPU time in {len(plan.items)} shape(s); "
-            f"{gain_text} ({measured} measured, {len(plan.items) - measured} card prior); {nxt}")
+    return (f"[bold]Answer:[/] {lead}{matched_cards} card(s) match {share:.1f}% of GPU time in {len(plan.items)} shape(s); "
+            f"{gain_text}; {nxt}")
