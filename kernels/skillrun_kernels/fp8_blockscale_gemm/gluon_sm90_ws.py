@@ -1063,14 +1063,14 @@ def prune_reasons(facts: dict) -> list[str]:
                    f"{facts.get('sass_local_ld_st')} local ld/st, stack {facts.get('stack_bytes')} B")
     if facts.get("ptxas_wgmma_serialized"):
         why.append(f"ptxas serialises the wgmma ({', '.join(facts['ptxas_wgmma_serialized'])})")
-    cfg = facts.get("config") or {}
-    if cfg and Config.from_dict(cfg).stream and not facts.get("sass_ffma_while_qgmma_pending"):
+    cfg = facts.get("config")
+    if cfg is not None and Config.from_dict(cfg).stream and not facts.get("sass_ffma_while_qgmma_pending"):
         why.append("no promote FFMA issues while a QGMMA group is pending: the overlap the config asks for is gone")
     if facts.get("fits_smem") is False:
         why.append(f"{facts.get('shared_bytes')} B of shared memory > {SM90_SMEM_LIMIT}")
     if facts.get("loop_invariant_barrier_ops"):
         why.append(f"ring barrier indexed from outside its loop: {facts['loop_invariant_barrier_ops'][0]}")
-    if cfg.get("cluster_m", 1) > 1 and not (facts.get("barrier_inits_match_offsets") and facts.get("b_desc_is_param_0")):
+    if (cfg or {}).get("cluster_m", 1) > 1 and not (facts.get("barrier_inits_match_offsets") and facts.get("b_desc_is_param_0")):
         why.append("cluster inline PTX would address the wrong shared memory or tensor map "
                    f"(offsets {facts.get('smem_offsets')}, inits {facts.get('barrier_inits_ptx')})")
     return why
