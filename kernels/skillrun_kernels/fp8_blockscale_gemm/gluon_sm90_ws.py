@@ -843,6 +843,38 @@ def prepare_operands(inputs: dict, cfg: Config) -> dict:
     }
 
 
+# (kernel hash, cluster size) -> clusters co-resident on this device (cuOccupancyMaxActiveClusters),
+# or None where the query failed; read by _launch_cluster and printed by benchmarks/device_issue40.sh.
+CLUSTER_OCCUPANCY: dict[tuple[str, int], int | None] = {}
+
+
+def _max_active_clusters(ck, size: int) -> int | None:
+    """How many clusters of ``size`` CTAs of this compiled kernel fit on the device at once (the
+    driver's answer: GPCs whose SM count is odd leave an SM idle under a 2-CTA cluster). None if the
+    CUDA Python bindings are missing or the query fails: the launch then assumes SMs / size."""
+    key = (ck.hash, size)
+    if key not in CLUSTER_OCCUPANCY:
+        n = None
+        try:
+            from cuda.bindings import driver as cu
+
+            conf = cu.CUlaunchConfig()
+            conf.gridDimX, conf.gridDimY, conf.gridDimZ = size * 1024, 1, 1
+            conf.blockDimX, conf.blockDimY, conf.blockDimZ = 32 * ck.metadata.num_warps, 1, 1
+            conf.sharedMemBytes = ck.metadata.shared
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
+            conf.attrs = [attr]
+            conf.numAttrs = 1
+            err, got = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(ck.function), conf)
+            n = int(got) if err == cu.CUresult.CUDA_SUCCESS and int(got) > 0 else None
+        except Exception:  # noqa: BLE001 - best effort: no bindings, another API version, a driver refusal
+            n = None
+        CLUSTER_OCCUPANCY[key] = n
+    return CLUSTER_OCCUPANCY[key]
+
+
 def _launch_cluster(args: list, consts: dict, clusters: int, cfg: Config) -> None:
     """Compile (once) as a single-CTA program, read the shared-memory offsets from that compiled
     kernel, and launch it with cluster dimension ``cfg.cluster_m`` the way ``JITFunction.run`` launches
@@ -865,6 +897,8 @@ def _launch_cluster(args: list, consts: dict, clusters: int, cfg: Config) -> Non
     device = driver.active.get_current_device()
     stream = driver.active.get_current_stream(device)
     ck._init_handles()
+    if cfg.persistent:  # one cluster per co-resident slot, as the driver counts them
+        clusters = min(clusters, _max_active_clusters(ck, cfg.cluster_m) or clusters)
     packed = (ck.metadata.num_warps, cfg.cluster_m, ck.metadata.shared)
     grid3 = (clusters, 1, 1)
     ck.run(clusters, 1, 1, stream, ck.function, packed, ck.launch_metadata(grid3, stream, *full),
