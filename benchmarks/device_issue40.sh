@@ -26,24 +26,28 @@
 #           summaries; and the DeepGEMM JIT cache
 # Carry .whl (the runner's wheels, .ci/device-env.sh) and .deps (deepgemm-src.tar.gz, made on a CPU by
 # benchmarks/make_deepgemm_src.sh; and after the first call the deepgemm-built.tgz and
-# deepgemm-jit-cache.tgz it returned). Within the 30 minutes of device time of one session:
-#   call 1: run(carry=[".whl", ".deps"], timeout_s=600,
-#                command="STAGES='env build bench moe' BUDGET_S=585 COMMIT=$(git rev-parse --short HEAD) bash benchmarks/device_issue40.sh")
-#   (copy deepgemm-built.tgz and deepgemm-jit-cache.tgz from $OUT into .deps/, unpack the evidence archive)
-#   call 2: run(carry=[".whl", ".deps"], timeout_s=600,
-#                command="STAGES='env build tests tune runner' BUDGET_S=585 COMMIT=... bash benchmarks/device_issue40.sh")
-# Env: STAGES, BUDGET_S (585), COMMIT, APPLY (1), TUNE_ROUNDS (30), RUN_ROUNDS (40), LARGE (the five shapes).
+# deepgemm-jit-cache.tgz it returned). Three calls of at most 10 minutes (a session's 30 minutes of device
+# time hold two of them with the machine's start; the third in the next session):
+#   call 1: run(kind="nvidia-h200", carry=[".whl", ".deps"], timeout_s=600,
+#                command="STAGES='env build bench' BUDGET_S=585 COMMIT=$(git rev-parse --short HEAD) bash benchmarks/device_issue40.sh")
+#   then copy deepgemm-built.tgz and deepgemm-jit-cache.tgz from the returned files into .deps/ and
+#   unpack issue40_evidence.tgz at the repository root (and commit what it holds)
+#   call 2: the same with STAGES='env build tests tune'     (APPLY=1: the card as tune left it comes back)
+#   call 3: the same with STAGES='env build runner moe'     (after call 2's card diff is reviewed and committed)
+# Env: STAGES, BUDGET_S (585), COMMIT, APPLY (1), TUNE_ROUNDS (20), TUNE_S (85 per shape), RUN_ROUNDS (40),
+# LARGE (the five shapes).
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 source .ci/device-env.sh
 export PYTHONUNBUFFERED=1
-STAGES=${STAGES:-"env build tests bench tune runner moe"}
+STAGES=${STAGES:-"env build bench"}
 BUDGET_S=${BUDGET_S:-585}
 COMMIT=${COMMIT:-${SKILLRUN_GIT_REVISION:-unknown}}
 export COMMIT SKILLRUN_GIT_REVISION=$COMMIT
 APPLY=${APPLY:-1}
-TUNE_ROUNDS=${TUNE_ROUNDS:-30}
+TUNE_ROUNDS=${TUNE_ROUNDS:-20}
+TUNE_S=${TUNE_S:-85}
 RUN_ROUNDS=${RUN_ROUNDS:-40}
 CARD=triton_fp8_blockscale_gemm_sm90
 MOE_CARD=triton_moe_fp8_blockscale_sm90
@@ -112,7 +116,7 @@ PY
     FLAGS=(--cuda-graph --rounds "$TUNE_ROUNDS" --recheck-rounds "$RUN_ROUNDS" --top 2 --seeds 1 --timeout 180)
     [ "$APPLY" = 1 ] && FLAGS+=(--apply)
     for s in $LARGE; do
-      run 110 python3 -m skillrun tune "$CARD" --shape "$s" "${FLAGS[@]}" --json > "$OUT/tune_${s//,/x}.json"
+      run "$TUNE_S" python3 -m skillrun tune "$CARD" --shape "$s" "${FLAGS[@]}" --json > "$OUT/tune_${s//,/x}.json"
     done ;;
   runner)
     ARGS=(); for s in $LARGE; do ARGS+=(--shape "$s"); done
