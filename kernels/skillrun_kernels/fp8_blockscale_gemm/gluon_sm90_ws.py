@@ -244,7 +244,7 @@ def tile_order(M: int, N: int, cfg: Config, rank: int = 0) -> list[tuple[int, in
 
 
 def block_stream(first: int, step: int, ntiles: int, L: int) -> list[tuple[int, int]]:
-    """(tile id, K block) of each block a consumer stream walks: the host mirror of _cursor_next."""
+    """(tile id, K block) of each block a consumer stream walks: the host mirror of _issue_next and _promote_next."""
     return [(first + (u // L) * step, u % L) for u in range(ntiles * L)]
 
 
