@@ -20,8 +20,9 @@ worker processes) and uses the fastest oracle-correct one; every config's result
 JSON (this is the ablation data the card and NOTES.md quote). ``FP8BS_GRID=run2`` selects the
 second, narrower prefill grid (after the store fix); results of both H200 runs are in
 ``benchmarks/results/`` and summarised in ``kernels/skillrun_kernels/fp8_blockscale_gemm/NOTES.md``.
-Gluon (``gluon_sm90.py``, warp-specialized): slot ``gluon`` beside the Triton ``port`` in every
-table row, with ``--gluon-config`` (JSON, default the design point). ``--gluon-ablations`` adds, on
+Gluon (``gluon_sm90.py``, warp-specialized; ``--gluon-module gluon_sm90_ws`` for issue 40's kernel with
+DeepGEMM's levers): slot ``gluon`` beside the Triton ``port`` in every table row, with ``--gluon-config``
+(JSON, default the design point). ``--gluon-ablations`` adds, on
 shapes with M > 256, a second interleaved group of every ``gluon_sm90.ABLATIONS`` variant and
 records each one's time relative to the design point in the same session (promote removed, one
 consumer warpgroup, async depth 0, stages, tile shape). MSLK's CUTLASS groupwise kernel is timed
@@ -85,13 +86,20 @@ def guarded(sd: dict, variants: dict[str, tuple[str, dict | None]], args) -> dic
     return bad
 
 
+def _gluon_name() -> str:
+    """Which Gluon port the ``gluon`` slot runs: gluon_sm90 (default) or gluon_sm90_ws (issue 40's
+    levers), by --gluon-module, passed to the compile workers through FP8BS_GLUON_MODULE."""
+    return os.environ.get("FP8BS_GLUON_MODULE", "gluon_sm90")
+
+
 def _gluon():
     """The Gluon port module, or None where it cannot run (no CUDA device, or no Gluon in this triton)."""
     if DEV != "cuda":
         return None
-    from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90
+    import importlib
 
-    return gluon_sm90 if gluon_sm90.GLUON_IMPORT_ERROR is None else None
+    mod = importlib.import_module(f"{KREF}.{_gluon_name()}")
+    return mod if mod.GLUON_IMPORT_ERROR is None else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -496,7 +504,7 @@ def bench_shape(shape: tuple[int, int, int], args, status: dict, results: dict) 
         builders["deepgemm"] = lambda: refs.build_deepgemm(sd, None, DEV)
     slots: dict[str, GraphSlot] = {}
     blocked = guarded(sd, {"port": (f"{KREF}.triton_sm90:build", chosen),
-                           **({"gluon": (f"{KREF}.gluon_sm90:build", args.gluon_config)} if "gluon" in builders else {})}, args)
+                           **({"gluon": (f"{KREF}.{_gluon_name()}:build", args.gluon_config)} if "gluon" in builders else {})}, args)
     for name, mk in builders.items():
         info: dict[str, Any] = {}
         why = blocked.get("port" if name == "port_repeat" else name)
@@ -587,7 +595,7 @@ def gluon_ablations(gs, sd: dict, sets: list, ref: torch.Tensor, args) -> dict:
     nset = len(sets)
     out: dict[str, Any] = {}
     slots: dict[str, GraphSlot] = {}
-    blocked = guarded(sd, {name: (f"{KREF}.gluon_sm90:build", knobs) for name, knobs in gs.ABLATIONS.items()}, args)
+    blocked = guarded(sd, {name: (f"{KREF}.{_gluon_name()}:build", knobs) for name, knobs in gs.ABLATIONS.items()}, args)
     for name, knobs in gs.ABLATIONS.items():
         info: dict[str, Any] = {"config": knobs}
         if name in blocked:
@@ -694,10 +702,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gluon-ablations", action="store_true", help="time every gluon_sm90.ABLATIONS variant (M > 256)")
     ap.add_argument("--ablation-rounds", type=int, default=9)
     ap.add_argument("--no-gluon", action="store_true", help="leave the Gluon kernel out")
+    ap.add_argument("--gluon-module", default=None, choices=["gluon_sm90", "gluon_sm90_ws"],
+                    help="the Gluon port in the gluon slot and its --gluon-ablations (default gluon_sm90)")
     ap.add_argument("--watchdog-s", type=float, default=60.0,
                     help="probe each shape's port variants in a child first; one that does not return in this many "
                          "seconds (compile included) is recorded as timeout and not run here (0: off)")
     args = ap.parse_args(argv)
+    if args.gluon_module:
+        os.environ["FP8BS_GLUON_MODULE"] = args.gluon_module  # before the spawned compile workers start
     args.gluon_config = json.loads(args.gluon_config) if args.gluon_config else None
     t0 = time.time()
     args.deadline = t0 + args.budget_s
@@ -722,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
             "sm_count": props.multi_processor_count if props else None,
             "l2_bytes": getattr(props, "L2_cache_size", None), "torch": torch.__version__, "triton": triton.__version__,
             "cuda": torch.version.cuda, "commit": args.commit, "peak_tf": PEAK_TF, "argv": sys.argv[1:],
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "parity_tol": PARITY_TOL,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "parity_tol": PARITY_TOL, "gluon_module": _gluon_name(),
         },
         "sweep": {}, "winners": {}, "table": [], "precompile": {},
     }

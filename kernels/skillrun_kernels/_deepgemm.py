@@ -33,6 +33,13 @@ from skillrun_kernels.protocol import ReferenceUnavailable, UnsupportedShape
 # recipe here) or ``sm90_fp8_gemm_1d1d_impl`` (1x128 x 1x128). Read from DeepGEMM's source
 # (deep_gemm/include/deep_gemm/impls/), not yet from a device trace: UNVERIFIED until a device run.
 DEEPGEMM_KERNELS = r"sm90_fp8_gemm_1d[12]d_impl|_ZN9deep_gemm\d+sm90_fp8_gemm"
+# The scale-layout kernel DeepGEMM launches inside a GEMM call when it is handed fp32 scales that are
+# not MN-major and TMA-aligned (csrc/apis/layout.hpp -> deep_gemm/impls/smxx_layout.cuh).
+DEEPGEMM_LAYOUT_KERNELS = r"deep_gemm::transpose_fp32<"
+TMA_ALIGN_BYTES = 16  # DeepGEMM pads the MN axis of fp32 scale factors to 16 bytes (get_tma_aligned_size)
+# The row alignment of the m-grouped contiguous layout before DeepGEMM made it a runtime setting
+# (kLegacyMKAlignmentForContiguousLayout in csrc/jit_kernels/heuristics/runtime.hpp, 2.6.1).
+LEGACY_CONTIGUOUS_ALIGNMENT = 128
 
 _FATAL = ("illegal memory access", "illegal address", "device-side assert", "unspecified launch failure",
           "misaligned address", "an illegal instruction")
@@ -83,3 +90,39 @@ def guarded(name: str, shape: dict, fn: Callable[[], Any]) -> Any:
         first = " / ".join(ln.strip() for ln in text.splitlines()[:3] if ln.strip())[:600]
         dims = ", ".join(f"{k}={v}" for k, v in shape.items())
         raise UnsupportedShape(f"deep_gemm.{name} raised for {dims}: {type(exc).__name__}: {first}") from exc
+
+
+def contiguous_m_alignment(dg) -> int:
+    """Rows per expert segment of the m-grouped contiguous layout, as this DeepGEMM asks for it:
+    ``get_m_alignment_for_contiguous_layout`` (1.x/2.0), ``get_mk_alignment_for_contiguous_layout``
+    (2.6: a runtime setting, on the module or its ``_C``), else the legacy constant 128."""
+    for owner in (dg, getattr(dg, "_C", None)):
+        for name in ("get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout"):
+            fn = getattr(owner, name, None) if owner is not None else None
+            if callable(fn):
+                return int(fn())
+    return LEGACY_CONTIGUOUS_ALIGNMENT
+
+
+def tma_aligned(mn: int) -> int:
+    per = TMA_ALIGN_BYTES // 4
+    return -(-mn // per) * per
+
+
+def mn_major_sf(shape: tuple[int, ...], device, fill: float | None = None):
+    """An fp32 scale-factor tensor of ``shape`` ((MN, K/128) or (G, MN, K/128)) in the layout DeepGEMM's
+    sm_90 kernels read as is: MN-major, the MN axis padded to 16 bytes (the layout
+    ``get_mn_major_tma_aligned_tensor`` returns). Writing gathered scales straight into it is what
+    SGLang's quantization kernels do (column-major, TMA-aligned scales); handing DeepGEMM row-major
+    scales instead makes it launch its own transpose inside the timed call."""
+    import torch
+
+    *g, mn, k = shape
+    pad = tma_aligned(mn)
+    if g:
+        t = torch.empty_strided((g[0], mn, k), (pad * k, 1, pad), dtype=torch.float32, device=device)
+    else:
+        t = torch.empty_strided((mn, k), (1, pad), dtype=torch.float32, device=device)
+    if fill is not None:
+        t.fill_(fill)
+    return t

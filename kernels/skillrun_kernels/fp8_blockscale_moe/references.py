@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from skillrun_kernels import _deepgemm
 from skillrun_kernels.fp8_blockscale_gemm.references import _padded_call_forms, cublas_scale_layouts, round_up
 from skillrun_kernels.protocol import KernelLaunch, ReferenceUnavailable, UnsupportedShape
 
@@ -38,7 +39,9 @@ TORCH_GLUE_KERNELS = (
     r"|at::native::\(anonymous namespace\)::fill_reverse_indices_kernel|Memcpy |Memset )"
 )
 CUBLAS_BLOCKWISE_KERNELS = r"nvjet_sm90_qqtst_\w*Ablk128_Bvec128|cublasLt::splitKreduce_kernel"
-DEEPGEMM_GROUPED_KERNELS = r"deep_gemm::\w+<.*\(deep_gemm::GemmType\)[12]\b"
+# DeepGEMM's grouped GEMMs (GemmType 1 contiguous, 2 masked) and its scale-layout transpose, which it
+# launches only if handed scales in another layout than the one these references write.
+DEEPGEMM_GROUPED_KERNELS = r"deep_gemm::\w+<.*\(deep_gemm::GemmType\)[12]\b|deep_gemm::transpose_fp32<"
 TRITON_FUSED_MOE_KERNELS = r"^(fused_moe_kernel|moe_align_block_size|_per_token_group_quant_fp8|per_token_group_quant|\w*act_and_mul|\w*silu_and_mul|moe_sum|count_and_sort_expert_tokens)"
 
 
@@ -138,15 +141,13 @@ def build_cublas_per_expert(shape: dict, config: dict | None = None, device: str
 
 
 # ---------------------------------------------------------------------------------------------
-# DeepGEMM grouped fp8 GEMMs
-
-
-def _deep_gemm():
-    try:
-        import deep_gemm
-    except Exception as exc:  # an ImportError, or a wheel built for another torch failing to load
-        raise ReferenceUnavailable(f"deep_gemm is not importable here ({type(exc).__name__}: {exc})") from None
-    return deep_gemm
+# DeepGEMM grouped fp8 GEMMs (SGLang's MoE path on Hopper). Loaded and guarded through
+# skillrun_kernels._deepgemm: not importable -> ``unavailable`` with the reason and how to build it;
+# a shape its host code refuses -> ``unsupported`` with DeepGEMM's text. The activation scales are
+# written straight into the layout DeepGEMM's sm_90 kernels read (MN-major, TMA-aligned), as SGLang's
+# quantization kernels write them, so DeepGEMM launches no transpose of its own inside the layer;
+# the routing, gather, SiLU, re-quantization and top-k sum around the two GEMMs are torch ops here
+# (SGLang fuses them): the layer is timed whole, like the port.
 
 
 def _dg_fn(dg, *names):
@@ -157,70 +158,105 @@ def _dg_fn(dg, *names):
     raise ReferenceUnavailable(f"this deep_gemm ({getattr(dg, '__version__', '?')}) has none of {names}")
 
 
+def _silu_quant_mn_major(gu: torch.Tensor, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """_silu_quant with the scales copied into DeepGEMM's MN-major layout ((R, I/128), or
+    (G, R/G, I/128) when ``groups``): the stage-2 operand as the GEMM reads it."""
+    hq, hs = _silu_quant(gu)
+    if groups:
+        hq = hq.view(groups, hq.shape[0] // groups, hq.shape[1])
+        hs = hs.view(groups, hs.shape[0] // groups, hs.shape[1])
+    sf = _deepgemm.mn_major_sf(tuple(hs.shape), hs.device)
+    sf.copy_(hs)
+    return hq, sf
+
+
+def contiguous_layout(topk_ids: torch.Tensor, experts: int, align: int):
+    """The m-grouped contiguous layout of the (token, slot) pairs: each expert's rows padded to
+    ``align``. Returns (order, tok, dest, m_indices, total): pairs sorted by expert, their tokens,
+    their row in the padded layout, the expert of every padded row (-1 for padding, int32) and the
+    padded row count (one host sync: it sizes the buffers)."""
+    order, counts, tok = sort_pairs(topk_ids, experts)
+    padded = (counts + align - 1) // align * align
+    ends = torch.cumsum(padded, 0)
+    starts = ends - padded
+    total = int(ends[-1])
+    sorted_e = topk_ids.reshape(-1).long()[order]
+    rank = torch.arange(order.numel(), device=order.device) - (torch.cumsum(counts, 0) - counts)[sorted_e]
+    dest = starts[sorted_e] + rank
+    m_indices = torch.full((total,), -1, dtype=torch.int32, device=order.device)
+    m_indices[dest] = sorted_e.to(torch.int32)
+    return order, tok, dest, m_indices, total
+
+
 def build_deepgemm_contiguous(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
-    """DeepGEMM's contiguous-layout grouped GEMM for both stages (prefill layout)."""
+    """DeepGEMM's contiguous-layout grouped GEMM for both stages (``m_grouped_fp8_gemm_nt_contiguous``,
+    the prefill layout): rows gathered by expert, each expert's segment padded to DeepGEMM's row
+    alignment, ``m_indices`` naming the expert of every row (-1 for padding rows, which it skips)."""
     _, d, i, e, _ = problem.dims(shape)
-    dg = _deep_gemm()
+    dg = _deepgemm.module()
     fn = _dg_fn(dg, "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous")
-    align_fn = getattr(dg, "get_m_alignment_for_contiguous_layout", None)
-    align = int(align_fn()) if align_fn else 128
+    align = _deepgemm.contiguous_m_alignment(dg)
 
     def run(p: dict, out: torch.Tensor) -> torch.Tensor:
-        order, counts, tok = sort_pairs(p["topk_ids"], e)
-        padded = (counts + align - 1) // align * align
-        ends = torch.cumsum(padded, 0)
-        starts = ends - padded
-        total = int(ends[-1])  # host sync: the padded row count sizes the buffers
-        sorted_e = p["topk_ids"].reshape(-1).long()[order]
-        rank = torch.arange(order.numel(), device=order.device) - (torch.cumsum(counts, 0) - counts)[sorted_e]
-        dest = starts[sorted_e] + rank
-        m_indices = torch.full((total,), -1, dtype=torch.int32, device=order.device)
-        m_indices[dest] = sorted_e.to(torch.int32)
-        a = torch.zeros(total, d, dtype=p["a"].dtype, device=order.device)
-        sa = torch.ones(total, d // 128, dtype=torch.float32, device=order.device)
+        order, tok, dest, m_indices, total = contiguous_layout(p["topk_ids"], e, align)
+        dev = order.device
+        a = torch.zeros(total, d, dtype=p["a"].dtype, device=dev)
+        sa = _deepgemm.mn_major_sf((total, d // 128), dev, fill=1.0)
         a[dest], sa[dest] = p["a"][tok], p["a_scale"][tok]
-        gu = torch.empty(total, 2 * i, dtype=torch.bfloat16, device=order.device)
-        fn((a, sa), (p["w1"], p["w1_scale"]), gu, m_indices)
-        hq, hs = _silu_quant(gu)
-        y = torch.empty(total, d, dtype=torch.bfloat16, device=order.device)
-        fn((hq, hs), (p["w2"], p["w2_scale"]), y, m_indices)
+        gu = torch.empty(total, 2 * i, dtype=torch.bfloat16, device=dev)
+        _deepgemm.guarded("m_grouped_fp8_gemm_nt_contiguous", shape,
+                          lambda: fn((a, sa), (p["w1"], p["w1_scale"]), gu, m_indices))
+        hq, hs = _silu_quant_mn_major(gu)
+        y = torch.empty(total, d, dtype=torch.bfloat16, device=dev)
+        _deepgemm.guarded("m_grouped_fp8_gemm_nt_contiguous", shape,
+                          lambda: fn((hq, hs), (p["w2"], p["w2_scale"]), y, m_indices))
         return _weighted_sum(y[dest], order, tok, p["topk_weights"], out)
 
     return KernelLaunch(name="deepgemm_m_grouped_contiguous", run=run,
                         expect_kernels=f"{TORCH_GLUE_KERNELS}|{DEEPGEMM_GROUPED_KERNELS}",
-                        describe={"backend": "deep_gemm", "version": getattr(dg, "__version__", "?"), "m_alignment": align,
+                        describe={"backend": "deep_gemm", "op": "deep_gemm.m_grouped_fp8_gemm_nt_contiguous",
+                                  "deep_gemm": _deepgemm.version(), "m_alignment": align,
+                                  "sfa": "MN-major, TMA-aligned (written by the gather)",
+                                  "glue": "torch ops (SGLang fuses routing, gather, SiLU+quant and the top-k sum)",
                                   "expect_kernels_verified": False, "graph_capturable": False})
 
 
 def build_deepgemm_masked(shape: dict, config: dict | None = None, device: str = "cuda") -> KernelLaunch:
-    """DeepGEMM's masked-layout grouped GEMM: (E, max_m, K) per expert, valid counts on the device.
-    max_m = tokens (an expert sees at most one slot of each token); ``expected_m`` = mean rows per
+    """DeepGEMM's masked-layout grouped GEMM (``m_grouped_fp8_gemm_nt_masked``, the decode layout,
+    CUDA-graph friendly): (E, max_m, K) per expert, valid row counts on the device. max_m = tokens
+    rounded up to 64 (an expert sees at most one slot of each token); ``expected_m`` = mean rows per
     active expert, the scheduling hint DeepGEMM asks for."""
     t, d, i, e, k = problem.dims(shape)
-    dg = _deep_gemm()
+    dg = _deepgemm.module()
     fn = _dg_fn(dg, "m_grouped_fp8_gemm_nt_masked", "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
     max_m = round_up(t, 64)
     expected_m = max(1, round(t * k / problem.expected_active_experts(shape)))
 
     def run(p: dict, out: torch.Tensor) -> torch.Tensor:
         order, counts, tok = sort_pairs(p["topk_ids"], e)
+        dev = order.device
         sorted_e = p["topk_ids"].reshape(-1).long()[order]
-        rank = torch.arange(order.numel(), device=order.device) - (torch.cumsum(counts, 0) - counts)[sorted_e]
-        a = torch.zeros(e, max_m, d, dtype=p["a"].dtype, device=order.device)
-        sa = torch.ones(e, max_m, d // 128, dtype=torch.float32, device=order.device)
+        rank = torch.arange(order.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[sorted_e]
+        a = torch.zeros(e, max_m, d, dtype=p["a"].dtype, device=dev)
+        sa = _deepgemm.mn_major_sf((e, max_m, d // 128), dev, fill=1.0)
         a[sorted_e, rank], sa[sorted_e, rank] = p["a"][tok], p["a_scale"][tok]
         masked_m = counts.to(torch.int32)
-        gu = torch.empty(e, max_m, 2 * i, dtype=torch.bfloat16, device=order.device)
-        fn((a, sa), (p["w1"], p["w1_scale"]), gu, masked_m, expected_m)
-        hq, hs = _silu_quant(gu.reshape(e * max_m, 2 * i))
-        y = torch.empty(e, max_m, d, dtype=torch.bfloat16, device=order.device)
-        fn((hq.view(e, max_m, i), hs.view(e, max_m, i // 128)), (p["w2"], p["w2_scale"]), y, masked_m, expected_m)
+        gu = torch.empty(e, max_m, 2 * i, dtype=torch.bfloat16, device=dev)
+        _deepgemm.guarded("m_grouped_fp8_gemm_nt_masked", shape,
+                          lambda: fn((a, sa), (p["w1"], p["w1_scale"]), gu, masked_m, expected_m))
+        hq, hs = _silu_quant_mn_major(gu.reshape(e * max_m, 2 * i), groups=e)
+        y = torch.empty(e, max_m, d, dtype=torch.bfloat16, device=dev)
+        _deepgemm.guarded("m_grouped_fp8_gemm_nt_masked", shape,
+                          lambda: fn((hq, hs), (p["w2"], p["w2_scale"]), y, masked_m, expected_m))
         return _weighted_sum(y[sorted_e, rank], order, tok, p["topk_weights"], out)
 
     return KernelLaunch(name="deepgemm_m_grouped_masked", run=run,
                         expect_kernels=f"{TORCH_GLUE_KERNELS}|{DEEPGEMM_GROUPED_KERNELS}",
-                        describe={"backend": "deep_gemm", "version": getattr(dg, "__version__", "?"), "max_m": max_m,
-                                  "expected_m": expected_m, "expect_kernels_verified": False, "graph_capturable": True})
+                        describe={"backend": "deep_gemm", "op": "deep_gemm.m_grouped_fp8_gemm_nt_masked",
+                                  "deep_gemm": _deepgemm.version(), "max_m": max_m, "expected_m": expected_m,
+                                  "sfa": "MN-major, TMA-aligned (written by the gather)",
+                                  "glue": "torch ops (SGLang fuses routing, gather, SiLU+quant and the top-k sum)",
+                                  "expect_kernels_verified": False, "graph_capturable": True})
 
 
 # ---------------------------------------------------------------------------------------------
