@@ -18,7 +18,9 @@ each one against the incumbent recipe:
   token rows its N side, instead of 16 token rows on mma.sync with the weights as the B operand.
 - ``scale_acc``: where one group spans a whole K step (group 128, BLOCK_K <= 128) the exact int4
   values go into the MMA and the scale multiplies the fp32 partial, once per row per K step: no
-  bf16 multiply per weight and no group broadcast in registers.
+  bf16 multiply per weight and no group broadcast in registers. ``bias_acc`` (with scale_acc) goes
+  one step further: the codes enter the MMA as s + 136 (no subtraction per weight) and 136 x the
+  activation row sum comes off the partial.
 - ``split_k1`` (> 1): stage 1's K loop split over more programs so that at 1 token every SM streams
   (8 experts x I/BLOCK_N1 tiles is fewer programs than SMs at I=512). Partials are plain stores into
   a (splits, pairs, 2I) fp32 workspace and ``_moe_a16wi4d_splitk_silu_kernel`` sums them in a fixed
@@ -112,11 +114,16 @@ def route_one(topk_ids: torch.Tensor, experts: int, block_m: int) -> Routing:
 
 # --------------------------------------------------------------------------------------------- int4 tiles
 @triton.jit
-def _magic_bf16(nib):
-    # nib: integer lanes whose low 4 bits hold a two's-complement int4 (upper bits already clear or
-    # ignored). (nib ^ 8) & 15 = s + 8 in 0..15, OR-ed into bf16 128.0's mantissa, minus 136: exact.
+def _magic_bf16(nib, BIASED: tl.constexpr):
+    # nib: integer lanes whose low 4 bits hold a two's-complement int4 (upper bits ignored).
+    # (nib ^ 8) & 15 = s + 8 in 0..15, OR-ed into bf16 128.0's mantissa: s + 136 exactly; minus 136
+    # unless BIASED (bias_acc: the 136 comes off the fp32 partial instead, once per row and K step).
     bits = (((nib ^ 8) & 15) | 0x4300).to(tl.int16)
-    return bits.to(tl.bfloat16, bitcast=True) - 136.0
+    v = bits.to(tl.bfloat16, bitcast=True)
+    if BIASED:
+        return v
+    else:
+        return v - 136.0
 
 
 # The lop3 conversion (int4_cvt "lop3", Marlin's idea in Triton): the weights are repacked once in
@@ -148,6 +155,23 @@ lop3.b32 r, t, 0x000F000F, 0x43004300, 0xEA;
 fma.rn.bf16x2 r, r, one, bias;
 mov.b32 {$6, $7}, r;
 }""")
+# bias_acc: the same without the FMAs: each half holds s + 136 (exact in bf16), the 136 is taken off the
+# fp32 partial (136 x the activation row sum) once per row and K step.
+_LOP3_ASM_BIASED = tl.constexpr("""{
+.reg .b32 q, t;
+xor.b32 q, $8, 0x88888888;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+mov.b32 {$0, $1}, t;
+shr.u32 q, q, 4;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+mov.b32 {$2, $3}, t;
+shr.u32 q, q, 4;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+mov.b32 {$4, $5}, t;
+shr.u32 q, q, 4;
+lop3.b32 t, q, 0x000F000F, 0x43004300, 0xEA;
+mov.b32 {$6, $7}, t;
+}""")
 LOP3_NIBBLE_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # code (k mod 8) stored at nibble position i of a word
 
 
@@ -168,10 +192,11 @@ def pack_lop3(w_q: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _lop3_codes(words):
-    """int32 words in the lop3 order -> (.., 8) bf16: the 8 codes of each word in natural k order."""
+def _lop3_codes(words, BIASED: tl.constexpr):
+    """int32 words in the lop3 order -> (.., 8) bf16: the 8 codes of each word in natural k order
+    (each + 136 when BIASED)."""
     k0, k1, k2, k3, k4, k5, k6, k7 = tl.inline_asm_elementwise(
-        _LOP3_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r", [words],
+        _LOP3_ASM_BIASED if BIASED else _LOP3_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r", [words],
         dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
         is_pure=True, pack=1)
     # a join adds a last axis of 2; nested this way the flat index of kN is N (outermost join = bit 0)
@@ -179,27 +204,28 @@ def _lop3_codes(words):
 
 
 @triton.jit
-def _int4_rows(w_ptr, row_off, col0, BN: tl.constexpr, BK: tl.constexpr, WIDE: tl.constexpr):
+def _int4_rows(w_ptr, row_off, col0, BN: tl.constexpr, BK: tl.constexpr, WIDE: tl.constexpr,
+               BIASED: tl.constexpr = False):
     """A (BN, BK) tile of int4 codes as exact bf16 in natural k order.
 
     ``row_off`` (BN,) element offsets of the rows, ``col0`` the first k. WIDE 0: bytes (low nibble
     = even k) converted by the magic trick and joined back; 1: int32 words (8 codes each, code i of
     word j at bits 4i = k 8j + i), one broadcast shift and the magic trick; 2: int32 words in the
-    lop3 order (pack_lop3) through the lop3 PTX conversion.
+    lop3 order (pack_lop3) through the lop3 PTX conversion. BIASED: every value + 136 (bias_acc).
     """
     if WIDE == 0:
         KH: tl.constexpr = BK // 2
         b = tl.load(w_ptr + row_off[:, None] + (col0 // 2 + tl.arange(0, KH))[None, :]).to(tl.int16)
-        return tl.reshape(tl.join(_magic_bf16(b), _magic_bf16(b >> 4)), (BN, BK))
+        return tl.reshape(tl.join(_magic_bf16(b, BIASED), _magic_bf16(b >> 4, BIASED)), (BN, BK))
     else:
         KW: tl.constexpr = BK // 8
         words = tl.load(w_ptr + row_off[:, None] + (col0 // 8 + tl.arange(0, KW))[None, :])
         if WIDE == 2:
-            return tl.reshape(_lop3_codes(words), (BN, BK))
+            return tl.reshape(_lop3_codes(words, BIASED), (BN, BK))
         else:
             shifts = tl.arange(0, 8) * 4
             nib = words[:, :, None] >> shifts[None, None, :]
-            return tl.reshape(_magic_bf16(nib), (BN, BK))
+            return tl.reshape(_magic_bf16(nib, BIASED), (BN, BK))
 
 
 @triton.jit
@@ -216,13 +242,20 @@ def _group_scales(s_ptr, srow_off, col0, BN: tl.constexpr, BK: tl.constexpr, GRO
 
 
 @triton.jit
-def _mma_step(acc, w, s, a, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr):
-    """acc += (w scaled) against the activation tile a (BM, BK): acc is (BN, BM) when SWAP, else (BM, BN)."""
+def _mma_step(acc, w, s, a, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, BIASED: tl.constexpr = False):
+    """acc += (w scaled) against the activation tile a (BM, BK): acc is (BN, BM) when SWAP, else (BM, BN).
+    BIASED (with SCALE_ACC): w holds code + 136; the partial loses 136 x the row sum of a."""
     if SCALE_ACC:
         if SWAP:
-            acc += tl.dot(w, tl.trans(a)) * s[:, None]
+            p = tl.dot(w, tl.trans(a))
+            if BIASED:
+                p -= 136.0 * tl.sum(a.to(tl.float32), axis=1)[None, :]
+            acc += p * s[:, None]
         else:
-            acc += tl.dot(a, tl.trans(w)) * s[None, :]
+            p = tl.dot(a, tl.trans(w))
+            if BIASED:
+                p -= 136.0 * tl.sum(a.to(tl.float32), axis=1)[:, None]
+            acc += p * s[None, :]
     else:
         w = w * s
         if SWAP:
@@ -265,7 +298,7 @@ def _zero_share(zero_ptr, zero_numel, zero_per_prog):
 def _gate_up_tile(x_ptr, w_ptr, s_ptr, e, tok, rvalid, offs_n, k_first, k_last, I,
                   stride_xt, stride_we, stride_wn, stride_se, stride_sn,
                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr):
+                  WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, BIASED: tl.constexpr):
     """The gate and up fp32 accumulators of one (expert block, N tile) over K steps [k_first, k_last)."""
     if SWAP:
         acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -280,13 +313,13 @@ def _gate_up_tile(x_ptr, w_ptr, s_ptr, e, tok, rvalid, offs_n, k_first, k_last, 
     x_off = tok * stride_xt
     for kt in range(k_first, k_last):
         k0 = kt * BLOCK_K
-        gq = _int4_rows(w_ptr, wg_off, k0, BLOCK_N, BLOCK_K, WIDE)
-        uq = _int4_rows(w_ptr, wu_off, k0, BLOCK_N, BLOCK_K, WIDE)
+        gq = _int4_rows(w_ptr, wg_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
+        uq = _int4_rows(w_ptr, wu_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
         sg = _group_scales(s_ptr, sg_off, k0, BLOCK_N, BLOCK_K, GROUP, SCALE_ACC)
         su = _group_scales(s_ptr, su_off, k0, BLOCK_N, BLOCK_K, GROUP, SCALE_ACC)
         a = tl.load(x_ptr + x_off[:, None] + (k0 + tl.arange(0, BLOCK_K))[None, :], mask=rvalid[:, None], other=0.0)
-        acc_g = _mma_step(acc_g, gq, sg, a, SWAP, SCALE_ACC)
-        acc_u = _mma_step(acc_u, uq, su, a, SWAP, SCALE_ACC)
+        acc_g = _mma_step(acc_g, gq, sg, a, SWAP, SCALE_ACC, BIASED)
+        acc_u = _mma_step(acc_u, uq, su, a, SWAP, SCALE_ACC, BIASED)
     return acc_g, acc_u
 
 
@@ -299,7 +332,7 @@ def _moe_a16wi4d_gate_up_kernel(
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_ht, stride_ps,
     TOPK: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, SPLIT_K: tl.constexpr,
-    PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
+    PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr, BIASED: tl.constexpr = False,
 ):
     _zero_share(zero_ptr, zero_numel, zero_per_prog)
     blocks = tl.load(num_rows_ptr) // BLOCK_M
@@ -316,7 +349,7 @@ def _moe_a16wi4d_gate_up_kernel(
         k_last = tl.minimum(k_first + k_per_split, k_steps)
         acc_g, acc_u = _gate_up_tile(x_ptr, w_ptr, s_ptr, e, pair // TOPK, rvalid, offs_n, k_first, k_last, I,
                                      stride_xt, stride_we, stride_wn, stride_se, stride_sn,
-                                     GROUP, BLOCK_M, BLOCK_N, BLOCK_K, WIDE, SWAP, SCALE_ACC)
+                                     GROUP, BLOCK_M, BLOCK_N, BLOCK_K, WIDE, SWAP, SCALE_ACC, BIASED)
         if SWAP:
             cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
         else:
@@ -356,6 +389,7 @@ def _moe_a16wi4d_down_kernel(
     D, I, stride_ht, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TOPK: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
+    BIASED: tl.constexpr = False,
 ):
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = D // BLOCK_N
@@ -373,11 +407,11 @@ def _moe_a16wi4d_down_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kt in range(0, I // BLOCK_K):
             k0 = kt * BLOCK_K
-            w = _int4_rows(w_ptr, w_off, k0, BLOCK_N, BLOCK_K, WIDE)
+            w = _int4_rows(w_ptr, w_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
             sc = _group_scales(s_ptr, s_off, k0, BLOCK_N, BLOCK_K, GROUP, SCALE_ACC)
             a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + tl.arange(0, BLOCK_K))[None, :],
                         mask=rvalid[:, None], other=0.0)
-            acc = _mma_step(acc, w, sc, a, SWAP, SCALE_ACC)
+            acc = _mma_step(acc, w, sc, a, SWAP, SCALE_ACC, BIASED)
         wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
         tok = pair // TOPK
         if SWAP:
@@ -429,7 +463,7 @@ def _moe_a16wi4d_fused_kernel(
     stride_w2e, stride_w2n, stride_s2e, stride_s2n, stride_at,
     TOPK: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_K1: tl.constexpr,
     BLOCK_N2: tl.constexpr, WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, SCALE_ACC2: tl.constexpr,
-    PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
+    PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr, BIASED: tl.constexpr = False,
 ):
     """Gate/up + SiLU + down for one (expert block, N1 tile): h tile kept in registers (rounded to
     bf16 as the two-stage path stores it), times W2[:, N1 tile] over all of D, added atomically
@@ -444,7 +478,7 @@ def _moe_a16wi4d_fused_kernel(
         offs_n = n * BLOCK_N1 + tl.arange(0, BLOCK_N1)
         acc_g, acc_u = _gate_up_tile(x_ptr, w1_ptr, s1_ptr, e, pair // TOPK, rvalid, offs_n, 0, D // BLOCK_K1, I,
                                      stride_xt, stride_w1e, stride_w1n, stride_s1e, stride_s1n,
-                                     GROUP, BLOCK_M, BLOCK_N1, BLOCK_K1, WIDE, SWAP, SCALE_ACC)
+                                     GROUP, BLOCK_M, BLOCK_N1, BLOCK_K1, WIDE, SWAP, SCALE_ACC, BIASED)
         h = (acc_g / (1.0 + tl.exp(-acc_g)) * acc_u).to(tl.bfloat16)  # (BN1, BM) when SWAP
         wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
         tok = pair // TOPK
@@ -488,25 +522,35 @@ BASE = {
     "BLOCK_N2": 128, "BLOCK_K2": 128, "warps2": 4, "stages2": 4,
     "wide_load": False, "swap_ab": False, "scale_acc": False, "split_k1": 1, "persistent": False,
     "ctas_per_sm": 4, "tile_order": "expert_major", "route": "two", "down": "atomic", "fuse_down": False,
-    "int4_cvt": "magic",
+    "int4_cvt": "magic", "bias_acc": False,
 }
-# One lever at a time (ablation candidates; compile facts: compile_sm90_decode.json), and two
-# combinations chosen by reasoning, not by timing: at 1 token (few experts, few programs) and at 16.
+# One lever at a time (ablation candidates; compile facts: compile_sm90_decode.json), then the
+# levers that cut the hot loop's instructions together ("lean": lop3 words, scales on the accumulator,
+# swap-AB; 0.088 warp-instructions per weight against the base's 0.175 at 16 tokens, E64, I2048,
+# group 128; bias_acc adds instructions there, 0.102: the per-step row sum is not amortised over a
+# 64-row tile), and three launch layouts around it chosen by reasoning, not by timing: at 1 token
+# (8 experts: split-K so every SM streams, or the fused layer; one-launch routing) and at 16
+# (persistent grid).
+# Levers with scale_acc need group_size % BLOCK_K == 0 (group 128 at BLOCK_K 128).
+_LEAN = {"wide_load": True, "int4_cvt": "lop3", "scale_acc": True, "swap_ab": True}
 ABLATIONS = {
     "base": dict(BASE),
     "wide_load": {**BASE, "wide_load": True},
     "lop3": {**BASE, "wide_load": True, "int4_cvt": "lop3"},
     "swap_ab": {**BASE, "swap_ab": True},
     "scale_acc": {**BASE, "scale_acc": True},
+    "bias_acc": {**BASE, "scale_acc": True, "bias_acc": True},
     "split_k4": {**BASE, "split_k1": 4},
     "persistent": {**BASE, "persistent": True},
     "n_major": {**BASE, "tile_order": "n_major"},
     "route_one": {**BASE, "route": "one"},
     "down_token": {**BASE, "down": "token", "BLOCK_N2": 32},
     "fuse_down": {**BASE, "fuse_down": True, "BLOCK_N2": 64},
-    "t1_combo": {**BASE, "wide_load": True, "swap_ab": True, "scale_acc": True, "split_k1": 4, "route": "one",
-                 "down": "token", "BLOCK_N2": 32},
-    "t16_combo": {**BASE, "wide_load": True, "swap_ab": True, "scale_acc": True, "persistent": True, "route": "one"},
+    "lean": {**BASE, **_LEAN},
+    "lean_bias": {**BASE, **_LEAN, "bias_acc": True},
+    "lean_t1": {**BASE, **_LEAN, "split_k1": 4, "route": "one"},
+    "lean_t1_fused": {**BASE, **_LEAN, "fuse_down": True, "BLOCK_N2": 64, "route": "one"},
+    "lean_t16": {**BASE, **_LEAN, "persistent": True, "ctas_per_sm": 3, "route": "one"},
 }
 TILE_ORDERS = ("expert_major", "n_major")
 ROUTES = ("two", "one")
@@ -561,6 +605,8 @@ def check_config(cfg: dict, shape: dict) -> None:
         p.append(f"int4_cvt must be one of {INT4_CVTS}, got {cfg['int4_cvt']!r}")
     elif cfg["int4_cvt"] == "lop3" and not cfg["wide_load"]:
         p.append("int4_cvt 'lop3' converts int32 words: it needs wide_load")
+    if cfg["bias_acc"] and not cfg["scale_acc"]:
+        p.append("bias_acc takes the +136 off the fp32 partial before its scale: it needs scale_acc")
     if cfg["down"] not in DOWNS:
         p.append(f"down must be one of {DOWNS}, got {cfg['down']!r}")
     cps = cfg["ctas_per_sm"]
@@ -659,7 +705,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
             w2k.stride(0), w2k.stride(1), w2.scale.stride(0), w2.scale.stride(1), acc.stride(0),
             TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N1=cfg["BLOCK_N1"], BLOCK_K1=cfg["BLOCK_K1"], BLOCK_N2=cfg["BLOCK_N2"],
             WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"], SCALE_ACC2=g >= cfg["BLOCK_N1"],
-            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major",
+            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
     else:
         h = torch.empty(t * topk, inter, dtype=torch.bfloat16, device=dev)
@@ -676,7 +722,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
             t * topk * 2 * inter,
             TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N1"], BLOCK_K=cfg["BLOCK_K1"],
             WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"], SPLIT_K=splits,
-            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major",
+            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
         if splits > 1:
             blk = min(1024, triton.next_power_of_2(inter))
@@ -691,7 +737,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
                 d, inter, h.stride(0), w2k.stride(0), w2k.stride(1), w2.scale.stride(0), w2.scale.stride(1), acc.stride(0),
                 TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=cfg["BLOCK_K2"],
                 WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"],
-                PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major",
+                PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
                 num_warps=cfg["warps2"], num_stages=cfg["stages2"])
         else:
             ids = topk_ids.reshape(-1).to(torch.int32)
@@ -748,7 +794,7 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
     wty = "*i32" if wide else "*i8"
     routing = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32", "num_rows_ptr": "*i32"}
     flags = {"WIDE": wide, "SCALE_ACC": cfg["scale_acc"]}
-    order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major"}
+    order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major", "BIASED": cfg["bias_acc"]}
     # contiguous operands: packed (E, 2I, D/u) and (E, D, I/u) elements of u codes, scales (E, rows, K/group)
     w1 = {"stride_we": 2 * i * d // u, "stride_wn": d // u}  # in stored elements (words or bytes)
     w2 = {"stride_we": d * i // u, "stride_wn": i // u}
