@@ -55,61 +55,15 @@ import triton.language as tl
 
 from skillrun_kernels.protocol import KernelLaunch
 
-from .triton_sm90 import PackedExperts, Routing, align_by_expert, prepare_weights
+from skillrun_kernels._moe.triton_decode import (ROUTE_ONE_MAX_PAIRS, block_rows, device_sms, grid_size, item_coords,
+                                                 route_one, split_k_steps, zero_share)
+
+from .triton_sm90 import PackedExperts, align_by_expert, prepare_weights
 
 KERNEL_PREFIX = "_moe_a16wi4d_"
 # The incumbent's two routing kernels serve route "two".
-EXPECT_KERNELS = (r"^(_moe_a16wi4d_(route|gate_up|fused|splitk_silu|down|down_token|zero|cast)_kernel"
-                  r"|_moe_a16wi4_(align|scatter)_kernel)$")
-ROUTE_ONE_MAX_PAIRS = 256
-H200_SMS = 132
-
-
-# --------------------------------------------------------------------------------------------- routing
-@triton.jit(do_not_specialize=["P"])
-def _moe_a16wi4d_route_kernel(ids_ptr, sorted_ptr, block_expert_ptr, meta_ptr, P,
-                              E: tl.constexpr, NBINS: tl.constexpr, BLOCK_M: tl.constexpr, PB: tl.constexpr):
-    """align + scatter of triton_sm90 in one program (P <= PB): the same Routing layout."""
-    offs = tl.arange(0, PB)
-    ok = offs < P
-    ids = tl.load(ids_ptr + offs, mask=ok, other=E)  # bin E collects the tail
-    counts = tl.histogram(ids, NBINS)
-    bins = tl.arange(0, NBINS)
-    real = bins < E
-    counts = tl.where(real, counts, 0)
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    ends = tl.cumsum(padded, 0)
-    starts = ends - padded
-    tl.store(meta_ptr + bins, starts, mask=real)
-    tl.store(meta_ptr + E + bins, starts + counts, mask=real)
-    tl.store(meta_ptr + 3 * E, tl.sum(padded, 0))
-    tl.debug_barrier()  # the starts are read back below by other threads of this program
-    # rank of each pair among the earlier pairs of its expert: a stable order, no atomics
-    same = (ids[:, None] == ids[None, :]) & (offs[None, :] < offs[:, None])
-    rank = tl.sum(same.to(tl.int32), axis=1)
-    dest = tl.load(meta_ptr + ids, mask=ok, other=0) + rank
-    tl.store(sorted_ptr + dest, offs, mask=ok)
-    tl.store(block_expert_ptr + dest // BLOCK_M, ids, mask=ok)
-
-
-def route_one(topk_ids: torch.Tensor, experts: int, block_m: int) -> Routing:
-    """:func:`triton_sm90.align_by_expert` in one launch (tokens x topk <= ROUTE_ONE_MAX_PAIRS)."""
-    ids = topk_ids.reshape(-1)
-    if ids.dtype != torch.int32:
-        ids = ids.to(torch.int32)
-    pairs = ids.numel()
-    if pairs > ROUTE_ONE_MAX_PAIRS:
-        raise ValueError(f"route 'one' serves at most {ROUTE_ONE_MAX_PAIRS} (token, slot) pairs, got {pairs}")
-    dev = ids.device
-    max_rows = pairs + min(experts, pairs) * (block_m - 1)
-    max_blocks = triton.cdiv(max_rows, block_m)
-    sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
-    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
-    meta = torch.empty(3 * experts + 1, dtype=torch.int32, device=dev)
-    _moe_a16wi4d_route_kernel[(1,)](ids, sorted_ids, block_expert, meta, pairs, E=experts,
-                                    NBINS=triton.next_power_of_2(experts + 1), BLOCK_M=block_m,
-                                    PB=max(16, triton.next_power_of_2(pairs)), num_warps=8)
-    return Routing(sorted_ids, block_expert, meta[experts:2 * experts], meta[3 * experts:], max_blocks)
+EXPECT_KERNELS = (r"^(_moe_a16wi4d_(gate_up|fused|splitk_silu|down|down_token|zero|cast)_kernel"
+                  r"|_moe_route_one_kernel|_moe_a16wi4_(align|scatter)_kernel)$")
 
 
 # --------------------------------------------------------------------------------------------- int4 tiles
@@ -266,35 +220,6 @@ def _mma_step(acc, w, s, a, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, BIASED:
 
 
 @triton.jit
-def _item_coords(item, n_tiles, blocks, SPLIT_K: tl.constexpr, N_MAJOR: tl.constexpr):
-    """(expert block, N tile, K split) of a linear work item."""
-    s = item % SPLIT_K
-    r = item // SPLIT_K
-    if N_MAJOR:
-        return r % blocks, r // blocks, s
-    else:
-        return r // n_tiles, r % n_tiles, s
-
-
-@triton.jit
-def _block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M: tl.constexpr):
-    e = tl.load(block_expert_ptr + m).to(tl.int64)
-    rows = m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rvalid = rows < tl.load(valid_end_ptr + e)
-    pair = tl.load(sorted_ptr + rows, mask=rvalid, other=0).to(tl.int64)
-    return e, rvalid, pair
-
-
-@triton.jit
-def _zero_share(zero_ptr, zero_numel, zero_per_prog):
-    # this program's share of the fp32 output accumulator that the down stage adds into
-    zoffs = tl.arange(0, 1024)
-    for z in range(0, zero_per_prog, 1024):
-        idx = tl.program_id(0).to(tl.int64) * zero_per_prog + z + zoffs
-        tl.store(zero_ptr + idx, tl.zeros((1024,), dtype=tl.float32), mask=(z + zoffs < zero_per_prog) & (idx < zero_numel))
-
-
-@triton.jit
 def _gate_up_tile(x_ptr, w_ptr, s_ptr, e, tok, rvalid, offs_n, k_first, k_last, I,
                   stride_xt, stride_we, stride_wn, stride_se, stride_sn,
                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -334,7 +259,7 @@ def _moe_a16wi4d_gate_up_kernel(
     WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, SPLIT_K: tl.constexpr,
     PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr, BIASED: tl.constexpr = False,
 ):
-    _zero_share(zero_ptr, zero_numel, zero_per_prog)
+    zero_share(zero_ptr, zero_numel, zero_per_prog)
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = I // BLOCK_N
     n_items = blocks * n_tiles * SPLIT_K
@@ -342,8 +267,8 @@ def _moe_a16wi4d_gate_up_kernel(
     first = tl.program_id(0)
     step = tl.num_programs(0) if PERSISTENT else n_items + 1  # one item per program without persistence
     for item in range(first, n_items, step):
-        m, n, s = _item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
-        e, rvalid, pair = _block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+        m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
+        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         k_first = s * k_per_split
         k_last = tl.minimum(k_first + k_per_split, k_steps)
@@ -396,8 +321,8 @@ def _moe_a16wi4d_down_kernel(
     n_items = blocks * n_tiles
     step = tl.num_programs(0) if PERSISTENT else n_items + 1
     for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = _item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = _block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         w_off = e * stride_we + offs_n.to(tl.int64) * stride_wn
         s_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
@@ -473,8 +398,8 @@ def _moe_a16wi4d_fused_kernel(
     n_items = blocks * n_tiles
     step = tl.num_programs(0) if PERSISTENT else n_items + 1
     for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = _item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = _block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
         offs_n = n * BLOCK_N1 + tl.arange(0, BLOCK_N1)
         acc_g, acc_u = _gate_up_tile(x_ptr, w1_ptr, s1_ptr, e, pair // TOPK, rvalid, offs_n, 0, D // BLOCK_K1, I,
                                      stride_xt, stride_w1e, stride_w1n, stride_s1e, stride_s1n,
@@ -661,17 +586,6 @@ def _words(packed: torch.Tensor, wide: bool) -> torch.Tensor:
     return packed.view(torch.int32) if wide else packed
 
 
-def _num_sms(device) -> int:
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return torch.cuda.get_device_properties(dev).multi_processor_count
-    return H200_SMS
-
-
-def _grid(items_bound: int, cfg: dict, num_sms: int) -> int:
-    return max(1, min(items_bound, num_sms * cfg["ctas_per_sm"])) if cfg["persistent"] else max(1, items_bound)
-
-
 def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, topk_ids: torch.Tensor,
                       topk_weights: torch.Tensor, out: torch.Tensor, cfg: dict, num_sms: int | None = None) -> torch.Tensor:
     """The layer with the knobs of ``cfg`` (resolve_config); writes ``out`` (tokens, model_dim) bf16."""
@@ -681,7 +595,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
     topk = topk_ids.shape[1]
     g = w1.group_size
     dev = x.device
-    sms = num_sms or _num_sms(dev)
+    sms = num_sms or device_sms(dev)
     x = x.contiguous()
     wts = topk_weights.to(torch.float32).contiguous()
     bm = cfg["BLOCK_M"]
@@ -696,7 +610,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
         # theirs, not by the programs themselves (their shares would race the others' adds)
         _moe_a16wi4d_zero_kernel[(triton.cdiv(acc.numel(), 2048),)](acc, acc.numel(), BLOCK=2048, num_warps=4)
         bound = routing.max_blocks * (inter // cfg["BLOCK_N1"])
-        grid = _grid(bound, cfg, sms)
+        grid = grid_size(bound, cfg, sms)
         _moe_a16wi4d_fused_kernel[(grid,)](
             x, w1k, w1.scale, w2k, w2.scale, acc, wts,
             routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows,
@@ -713,7 +627,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
         part = (torch.empty(splits, t * topk, 2 * inter, dtype=torch.float32, device=dev) if splits > 1
                 else torch.empty(1, dtype=torch.float32, device=dev))
         bound = routing.max_blocks * (inter // cfg["BLOCK_N1"]) * splits
-        grid = _grid(bound, cfg, sms)
+        grid = grid_size(bound, cfg, sms)
         _moe_a16wi4d_gate_up_kernel[(grid,)](
             x, w1k, w1.scale, h, part, acc,
             routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows,
@@ -730,7 +644,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
                 part, h, t * topk, inter, h.stride(0), t * topk * 2 * inter, SPLIT_K=splits, BLOCK=blk, num_warps=4)
         if atomic:
             bound2 = routing.max_blocks * (d // cfg["BLOCK_N2"])
-            grid2 = _grid(bound2, cfg, sms)
+            grid2 = grid_size(bound2, cfg, sms)
             _moe_a16wi4d_down_kernel[(grid2,)](
                 h, w2k, w2.scale, acc, wts,
                 routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows,
@@ -750,13 +664,6 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
     n = acc.numel()
     _moe_a16wi4d_cast_kernel[(triton.cdiv(n, 2048),)](acc, out, n, BLOCK=2048, num_warps=4)
     return out
-
-
-def split_k_steps(model_dim: int, block_k: int, split_k: int) -> tuple[int, int]:
-    """(BLOCK_K steps per split, splits launched): whole steps, no empty split."""
-    steps = model_dim // block_k
-    per = triton.cdiv(steps, min(split_k, steps))
-    return per, triton.cdiv(steps, per)
 
 
 def _dims(shape: dict) -> tuple[int, ...]:
