@@ -99,6 +99,8 @@ def _quant_rows(h, SWAP: tl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------- stage 1
+
+
 @triton.jit(do_not_specialize=["zero_numel", "zero_per_prog", "k_per_split"])
 def _moe_fp8bsd_gate_up_kernel(
     a_ptr, as_ptr, w_ptr, ws_ptr, h_ptr, hs_ptr, part_ptr, zero_ptr,
@@ -113,28 +115,35 @@ def _moe_fp8bsd_gate_up_kernel(
     n_tiles = I // BLOCK_N
     n_items = blocks * n_tiles * SPLIT_K
     k_blocks = D // BLOCK_K
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1
-    for item in range(tl.program_id(0), n_items, step):
-        m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        kb_first = s * k_per_split
-        kb_last = tl.minimum(kb_first + k_per_split, k_blocks)
-        acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w_ptr, ws_ptr, e, pair // TOPK, rvalid, n * BLOCK_N, kb_first, kb_last, I,
-                                     stride_at, stride_ast, stride_we, stride_wn, stride_wse, stride_wsn,
-                                     BLOCK_M, BLOCK_N, BLOCK_K, SWAP)
-        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
-        if SWAP:
-            cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
-        else:
-            cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
-        if SPLIT_K > 1:
-            base = part_ptr + s * stride_ps + prow * (2 * I) + cols
-            tl.store(base, acc_g, mask=pmask)
-            tl.store(base + I, acc_u, mask=pmask)
-        else:
-            q, scale = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
-            tl.store(h_ptr + prow * stride_ht + cols, q.to(h_ptr.dtype.element_ty), mask=pmask)
-            tl.store(hs_ptr + pair * stride_hst + n, scale, mask=rvalid)
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            kb_first = s * k_per_split
+            kb_last = tl.minimum(kb_first + k_per_split, k_blocks)
+            acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w_ptr, ws_ptr, e, pair // TOPK, rvalid, n * BLOCK_N, kb_first, kb_last, I,
+                                         stride_at, stride_ast, stride_we, stride_wn, stride_wse, stride_wsn,
+                                         BLOCK_M, BLOCK_N, BLOCK_K, SWAP)
+            offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+            if SWAP:
+                cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
+            else:
+                cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
+            if SPLIT_K > 1:
+                base = part_ptr + s * stride_ps + prow * (2 * I) + cols
+                tl.store(base, acc_g, mask=pmask)
+                tl.store(base + I, acc_u, mask=pmask)
+            else:
+                q, scale = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
+                tl.store(h_ptr + prow * stride_ht + cols, q.to(h_ptr.dtype.element_ty), mask=pmask)
+                tl.store(hs_ptr + pair * stride_hst + n, scale, mask=rvalid)
 
 
 @triton.jit(do_not_specialize=["pairs"])
@@ -158,6 +167,8 @@ def _moe_fp8bsd_splitk_quant_kernel(part_ptr, h_ptr, hs_ptr, pairs, I, stride_ht
 
 
 # --------------------------------------------------------------------------------------------- stage 2
+
+
 @triton.jit
 def _moe_fp8bsd_down_kernel(
     h_ptr, hs_ptr, w_ptr, ws_ptr, acc_ptr, tw_ptr,
@@ -169,32 +180,39 @@ def _moe_fp8bsd_down_kernel(
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = D // BLOCK_N
     n_items = blocks * n_tiles
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1
     offs_k = tl.arange(0, BLOCK_K)
-    for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
-        w_rows = w_ptr + e * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
-        s_row = ws_ptr + e * stride_wse + ((n * BLOCK_N) // BLOCK_K) * stride_wsn
-        if SWAP:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(0, I // BLOCK_K):
-            k0 = kb * BLOCK_K
-            a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + offs_k)[None, :], mask=rvalid[:, None], other=0.0)
-            sa = tl.load(hs_ptr + pair * stride_hst + kb, mask=rvalid, other=0.0)
-            w = tl.load(w_rows + (k0 + offs_k)[None, :])
-            acc = _promote(acc, a, w, sa, tl.load(s_row + kb), SWAP)
-        wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-        tok = pair // TOPK
-        if SWAP:
-            tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
-                          mask=rvalid[None, :], sem="relaxed")
-        else:
-            tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
-                          mask=rvalid[:, None], sem="relaxed")
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+            w_rows = w_ptr + e * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
+            s_row = ws_ptr + e * stride_wse + ((n * BLOCK_N) // BLOCK_K) * stride_wsn
+            if SWAP:
+                acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            else:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kb in range(0, I // BLOCK_K):
+                k0 = kb * BLOCK_K
+                a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + offs_k)[None, :], mask=rvalid[:, None], other=0.0)
+                sa = tl.load(hs_ptr + pair * stride_hst + kb, mask=rvalid, other=0.0)
+                w = tl.load(w_rows + (k0 + offs_k)[None, :])
+                acc = _promote(acc, a, w, sa, tl.load(s_row + kb), SWAP)
+            wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
+            tok = pair // TOPK
+            if SWAP:
+                tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
+                              mask=rvalid[None, :], sem="relaxed")
+            else:
+                tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
+                              mask=rvalid[:, None], sem="relaxed")
 
 
 @triton.jit
@@ -225,6 +243,8 @@ def _moe_fp8bsd_down_token_kernel(
 
 
 # --------------------------------------------------------------------------------------------- fused
+
+
 @triton.jit
 def _moe_fp8bsd_fused_kernel(
     a_ptr, as_ptr, w1_ptr, w1s_ptr, w2_ptr, w2s_ptr, acc_ptr, tw_ptr,
@@ -240,29 +260,36 @@ def _moe_fp8bsd_fused_kernel(
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = I // BLOCK_K
     n_items = blocks * n_tiles
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1
     offs_k = tl.arange(0, BLOCK_K)
-    for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w1_ptr, w1s_ptr, e, pair // TOPK, rvalid, n * BLOCK_K, 0, D // BLOCK_K, I,
-                                     stride_at, stride_ast, stride_w1e, stride_w1n, stride_w1se, stride_w1sn,
-                                     BLOCK_M, BLOCK_K, BLOCK_K, SWAP)
-        q, hs = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
-        hq = q.to(a_ptr.dtype.element_ty)  # h's fp8 codes: (128, BM) when SWAP, else (BM, 128)
-        wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-        tok = pair // TOPK
-        k0 = n * BLOCK_K  # this tile is K block n of the down GEMM
-        for d0 in range(0, D, BLOCK_N2):
-            offs_d = d0 + tl.arange(0, BLOCK_N2)
-            w = tl.load(w2_ptr + e * stride_w2e + offs_d.to(tl.int64)[:, None] * stride_w2n + (k0 + offs_k)[None, :])
-            sw = tl.load(w2s_ptr + e * stride_w2se + (d0 // BLOCK_K) * stride_w2sn + n)
-            if SWAP:
-                y = tl.dot(w, hq) * (hs * sw * wt)[None, :]
-                tl.atomic_add(acc_ptr + tok[None, :] * stride_acc + offs_d[:, None], y, mask=rvalid[None, :], sem="relaxed")
-            else:
-                y = tl.dot(hq, tl.trans(w)) * (hs * sw * wt)[:, None]
-                tl.atomic_add(acc_ptr + tok[:, None] * stride_acc + offs_d[None, :], y, mask=rvalid[:, None], sem="relaxed")
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w1_ptr, w1s_ptr, e, pair // TOPK, rvalid, n * BLOCK_K, 0, D // BLOCK_K, I,
+                                         stride_at, stride_ast, stride_w1e, stride_w1n, stride_w1se, stride_w1sn,
+                                         BLOCK_M, BLOCK_K, BLOCK_K, SWAP)
+            q, hs = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
+            hq = q.to(a_ptr.dtype.element_ty)  # h's fp8 codes: (128, BM) when SWAP, else (BM, 128)
+            wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
+            tok = pair // TOPK
+            k0 = n * BLOCK_K  # this tile is K block n of the down GEMM
+            for d0 in range(0, D, BLOCK_N2):
+                offs_d = d0 + tl.arange(0, BLOCK_N2)
+                w = tl.load(w2_ptr + e * stride_w2e + offs_d.to(tl.int64)[:, None] * stride_w2n + (k0 + offs_k)[None, :])
+                sw = tl.load(w2s_ptr + e * stride_w2se + (d0 // BLOCK_K) * stride_w2sn + n)
+                if SWAP:
+                    y = tl.dot(w, hq) * (hs * sw * wt)[None, :]
+                    tl.atomic_add(acc_ptr + tok[None, :] * stride_acc + offs_d[:, None], y, mask=rvalid[None, :], sem="relaxed")
+                else:
+                    y = tl.dot(hq, tl.trans(w)) * (hs * sw * wt)[:, None]
+                    tl.atomic_add(acc_ptr + tok[:, None] * stride_acc + offs_d[None, :], y, mask=rvalid[:, None], sem="relaxed")
 
 
 @triton.jit(do_not_specialize=["n"])

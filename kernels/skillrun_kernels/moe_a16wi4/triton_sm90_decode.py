@@ -67,6 +67,8 @@ EXPECT_KERNELS = (r"^(_moe_a16wi4d_(gate_up|fused|splitk_silu|down|down_token|ze
 
 
 # --------------------------------------------------------------------------------------------- int4 tiles
+
+
 @triton.jit
 def _magic_bf16(nib, BIASED: tl.constexpr):
     # nib: integer lanes whose low 4 bits hold a two's-complement int4 (upper bits ignored).
@@ -249,6 +251,8 @@ def _gate_up_tile(x_ptr, w_ptr, s_ptr, e, tok, rvalid, offs_n, k_first, k_last, 
 
 
 # --------------------------------------------------------------------------------------------- stage 1
+
+
 @triton.jit(do_not_specialize=["zero_numel", "zero_per_prog", "k_per_split"])
 def _moe_a16wi4d_gate_up_kernel(
     x_ptr, w_ptr, s_ptr, h_ptr, part_ptr, zero_ptr,
@@ -264,29 +268,35 @@ def _moe_a16wi4d_gate_up_kernel(
     n_tiles = I // BLOCK_N
     n_items = blocks * n_tiles * SPLIT_K
     k_steps = D // BLOCK_K
-    first = tl.program_id(0)
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1  # one item per program without persistence
-    for item in range(first, n_items, step):
-        m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_first = s * k_per_split
-        k_last = tl.minimum(k_first + k_per_split, k_steps)
-        acc_g, acc_u = _gate_up_tile(x_ptr, w_ptr, s_ptr, e, pair // TOPK, rvalid, offs_n, k_first, k_last, I,
-                                     stride_xt, stride_we, stride_wn, stride_se, stride_sn,
-                                     GROUP, BLOCK_M, BLOCK_N, BLOCK_K, WIDE, SWAP, SCALE_ACC, BIASED)
-        if SWAP:
-            cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
-        else:
-            cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
-        if SPLIT_K > 1:
-            # partial sums of this K slice: plain stores, summed in a fixed order by the SiLU kernel
-            base = part_ptr + s * stride_ps + prow * (2 * I) + cols
-            tl.store(base, acc_g, mask=pmask)
-            tl.store(base + I, acc_u, mask=pmask)
-        else:
-            h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
-            tl.store(h_ptr + prow * stride_ht + cols, h.to(tl.bfloat16), mask=pmask)
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+            k_first = s * k_per_split
+            k_last = tl.minimum(k_first + k_per_split, k_steps)
+            acc_g, acc_u = _gate_up_tile(x_ptr, w_ptr, s_ptr, e, pair // TOPK, rvalid, offs_n, k_first, k_last, I,
+                                         stride_xt, stride_we, stride_wn, stride_se, stride_sn,
+                                         GROUP, BLOCK_M, BLOCK_N, BLOCK_K, WIDE, SWAP, SCALE_ACC, BIASED)
+            if SWAP:
+                cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
+            else:
+                cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
+            if SPLIT_K > 1:
+                # partial sums of this K slice: plain stores, summed in a fixed order by the SiLU kernel
+                base = part_ptr + s * stride_ps + prow * (2 * I) + cols
+                tl.store(base, acc_g, mask=pmask)
+                tl.store(base + I, acc_u, mask=pmask)
+            else:
+                h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
+                tl.store(h_ptr + prow * stride_ht + cols, h.to(tl.bfloat16), mask=pmask)
 
 
 @triton.jit(do_not_specialize=["pairs"])
@@ -307,6 +317,8 @@ def _moe_a16wi4d_splitk_silu_kernel(part_ptr, h_ptr, pairs, I, stride_ht, stride
 
 
 # --------------------------------------------------------------------------------------------- stage 2
+
+
 @triton.jit
 def _moe_a16wi4d_down_kernel(
     h_ptr, w_ptr, s_ptr, acc_ptr, tw_ptr,
@@ -319,32 +331,39 @@ def _moe_a16wi4d_down_kernel(
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = D // BLOCK_N
     n_items = blocks * n_tiles
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1
-    for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
-        w_off = e * stride_we + offs_n.to(tl.int64) * stride_wn
-        s_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
-        if SWAP:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kt in range(0, I // BLOCK_K):
-            k0 = kt * BLOCK_K
-            w = _int4_rows(w_ptr, w_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
-            sc = _group_scales(s_ptr, s_off, k0, BLOCK_N, BLOCK_K, GROUP, SCALE_ACC)
-            a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + tl.arange(0, BLOCK_K))[None, :],
-                        mask=rvalid[:, None], other=0.0)
-            acc = _mma_step(acc, w, sc, a, SWAP, SCALE_ACC, BIASED)
-        wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-        tok = pair // TOPK
-        if SWAP:
-            tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
-                          mask=rvalid[None, :], sem="relaxed")
-        else:
-            tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
-                          mask=rvalid[:, None], sem="relaxed")
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+            w_off = e * stride_we + offs_n.to(tl.int64) * stride_wn
+            s_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
+            if SWAP:
+                acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            else:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kt in range(0, I // BLOCK_K):
+                k0 = kt * BLOCK_K
+                w = _int4_rows(w_ptr, w_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
+                sc = _group_scales(s_ptr, s_off, k0, BLOCK_N, BLOCK_K, GROUP, SCALE_ACC)
+                a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + tl.arange(0, BLOCK_K))[None, :],
+                            mask=rvalid[:, None], other=0.0)
+                acc = _mma_step(acc, w, sc, a, SWAP, SCALE_ACC, BIASED)
+            wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
+            tok = pair // TOPK
+            if SWAP:
+                tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
+                              mask=rvalid[None, :], sem="relaxed")
+            else:
+                tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
+                              mask=rvalid[:, None], sem="relaxed")
 
 
 @triton.jit
@@ -379,6 +398,8 @@ def _moe_a16wi4d_down_token_kernel(
 
 
 # --------------------------------------------------------------------------------------------- fused
+
+
 @triton.jit
 def _moe_a16wi4d_fused_kernel(
     x_ptr, w1_ptr, s1_ptr, w2_ptr, s2_ptr, acc_ptr, tw_ptr,
@@ -396,34 +417,41 @@ def _moe_a16wi4d_fused_kernel(
     blocks = tl.load(num_rows_ptr) // BLOCK_M
     n_tiles = I // BLOCK_N1
     n_items = blocks * n_tiles
-    step = tl.num_programs(0) if PERSISTENT else n_items + 1
-    for item in range(tl.program_id(0), n_items, step):
-        m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-        e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
-        offs_n = n * BLOCK_N1 + tl.arange(0, BLOCK_N1)
-        acc_g, acc_u = _gate_up_tile(x_ptr, w1_ptr, s1_ptr, e, pair // TOPK, rvalid, offs_n, 0, D // BLOCK_K1, I,
-                                     stride_xt, stride_w1e, stride_w1n, stride_s1e, stride_s1n,
-                                     GROUP, BLOCK_M, BLOCK_N1, BLOCK_K1, WIDE, SWAP, SCALE_ACC, BIASED)
-        h = (acc_g / (1.0 + tl.exp(-acc_g)) * acc_u).to(tl.bfloat16)  # (BN1, BM) when SWAP
-        wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-        tok = pair // TOPK
-        k0 = n * BLOCK_N1  # this tile's slice of the down GEMM's K (= inter_dim)
-        for d0 in range(0, D, BLOCK_N2):
-            offs_d = d0 + tl.arange(0, BLOCK_N2)
-            w_off = e * stride_w2e + offs_d.to(tl.int64) * stride_w2n
-            w = _int4_rows(w2_ptr, w_off, k0, BLOCK_N2, BLOCK_N1, WIDE)
-            sc = _group_scales(s2_ptr, e * stride_s2e + offs_d.to(tl.int64) * stride_s2n, k0, BLOCK_N2, BLOCK_N1,
-                               GROUP, SCALE_ACC2)
-            if SWAP:
-                y = tl.zeros((BLOCK_N2, BLOCK_M), dtype=tl.float32)
-                y = _mma_step(y, w, sc, tl.trans(h), True, SCALE_ACC2)
-                tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_d[:, None], y * wt[None, :],
-                              mask=rvalid[None, :], sem="relaxed")
-            else:
-                y = tl.zeros((BLOCK_M, BLOCK_N2), dtype=tl.float32)
-                y = _mma_step(y, w, sc, h, False, SCALE_ACC2)
-                tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_d[None, :], y * wt[:, None],
-                              mask=rvalid[:, None], sem="relaxed")
+    # persistent: this program's items in turn; else one item (a loop of one iteration the
+    # compiler removes, so the kernel is the straight-line one-tile kernel)
+    if PERSISTENT:
+        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
+    else:
+        first, last, step = 0, 1, 1
+    for it in range(first, last, step):
+        item = it if PERSISTENT else tl.program_id(0)
+        if item < n_items:
+            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
+            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            offs_n = n * BLOCK_N1 + tl.arange(0, BLOCK_N1)
+            acc_g, acc_u = _gate_up_tile(x_ptr, w1_ptr, s1_ptr, e, pair // TOPK, rvalid, offs_n, 0, D // BLOCK_K1, I,
+                                         stride_xt, stride_w1e, stride_w1n, stride_s1e, stride_s1n,
+                                         GROUP, BLOCK_M, BLOCK_N1, BLOCK_K1, WIDE, SWAP, SCALE_ACC, BIASED)
+            h = (acc_g / (1.0 + tl.exp(-acc_g)) * acc_u).to(tl.bfloat16)  # (BN1, BM) when SWAP
+            wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
+            tok = pair // TOPK
+            k0 = n * BLOCK_N1  # this tile's slice of the down GEMM's K (= inter_dim)
+            for d0 in range(0, D, BLOCK_N2):
+                offs_d = d0 + tl.arange(0, BLOCK_N2)
+                w_off = e * stride_w2e + offs_d.to(tl.int64) * stride_w2n
+                w = _int4_rows(w2_ptr, w_off, k0, BLOCK_N2, BLOCK_N1, WIDE)
+                sc = _group_scales(s2_ptr, e * stride_s2e + offs_d.to(tl.int64) * stride_s2n, k0, BLOCK_N2, BLOCK_N1,
+                                   GROUP, SCALE_ACC2)
+                if SWAP:
+                    y = tl.zeros((BLOCK_N2, BLOCK_M), dtype=tl.float32)
+                    y = _mma_step(y, w, sc, tl.trans(h), True, SCALE_ACC2)
+                    tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_d[:, None], y * wt[None, :],
+                                  mask=rvalid[None, :], sem="relaxed")
+                else:
+                    y = tl.zeros((BLOCK_M, BLOCK_N2), dtype=tl.float32)
+                    y = _mma_step(y, w, sc, h, False, SCALE_ACC2)
+                    tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_d[None, :], y * wt[:, None],
+                                  mask=rvalid[:, None], sem="relaxed")
 
 
 @triton.jit(do_not_specialize=["n"])
