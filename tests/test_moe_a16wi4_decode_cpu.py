@@ -52,7 +52,7 @@ for shape, name, extra in cases:
     outs[(shape["tokens"], name)] = out
     err = float((out.float() - ref).norm() / ref.norm())
     print(json.dumps({"case": name, "tokens": t, "rel_err": err, "written": bool(torch.isfinite(out).all()),
-                      "launches": dec.launches(cfg)}))
+                      "launches": dec.launches(cfg, t * shape["topk"])}))
 # lop3 and the magic conversion dequantize identically: same h, same (sequential) atomics, same bits
 print(json.dumps({"case": "lop3_equals_magic",
                   "equal": bool(torch.equal(outs[(3, "lop3")].view(torch.int16), outs[(3, "wide_load")].view(torch.int16)))}))
@@ -142,20 +142,23 @@ def test_named_variants_are_valid_at_the_issue_shapes(name):
 
 @pytest.mark.parametrize("extra,msg", [
     ({"scale_acc": True, "BLOCK_K1": 128}, "scale_acc needs BLOCK_K"),  # at group 32
-    ({"int4_cvt": "lop3"}, "needs wide_load"),
     ({"bias_acc": True}, "needs scale_acc"),
     ({"fuse_down": True, "split_k1": 2}, "fuse_down needs split_k1 = 1"),
     ({"fuse_down": True, "down": "token"}, "down must be 'atomic'"),
-    ({"route": "one"}, "tokens x topk <= 256"),
     ({"tile_order": "diagonal"}, "tile_order"),
     ({"split_k1": 100}, "exceeds"),
     ({"BLOCK_N1": 48}, "power of two"),
 ])
 def test_bad_configs_are_rejected_with_the_rule(extra, msg):
-    shape = {**SHAPE16, "group_size": 32, "tokens": 64 if "route" in extra else 16}
+    shape = {**SHAPE16, "group_size": 32}
     with pytest.raises(ValueError, match=msg):
         dec.resolve_config(shape, {**dec.BASE, **extra})
 
+
+def test_one_launch_routing_falls_back_to_two_above_256_pairs():
+    cfg = dec.resolve_config({**SHAPE16, "tokens": 64}, dec.ABLATIONS["route_one"])
+    assert dec.launches(cfg, 16 * 8) == 4 and dec.launches(cfg, 64 * 8) == 5
+    assert dec.wide_mode(dec.ABLATIONS["lop3"]) == 2 and dec.wide_mode(dec.ABLATIONS["wide_load"]) == 1
 
 def test_traffic_hbm_is_the_problems_min_bytes_for_every_variant():
     for shape in (SHAPE16, SHAPE1, {**SHAPE16, "group_size": 32}):

@@ -12,8 +12,9 @@ unless a config turns them on:
   N tiles = 128 programs for 132 SMs); partials are plain stores into a (splits, pairs, 2I) fp32
   workspace that ``_moe_fp8bsd_splitk_quant_kernel`` sums in a fixed order before SiLU and the
   recipe's 1x128 re-quantization of h (no atomics, no zeroing).
-- ``persistent`` + ``ctas_per_sm``, ``tile_order`` (expert_major | n_major), ``route`` (two | one):
-  as in moe_a16wi4/triton_sm90_decode.py (shared pieces in _moe/triton_decode.py).
+- ``persistent`` + ``ctas_per_sm``, ``tile_order`` (expert_major | n_major), ``route`` (two | one, the
+  one-launch routing where tokens x topk <= 256): as in moe_a16wi4/triton_sm90_decode.py (shared
+  pieces in _moe/triton_decode.py).
 - ``down``: ``atomic`` (expert blocks, fp32 atomic top-k sum, cast launch) or ``token`` (one program
   per (token, N2 tile) loops over the token's experts on the CUDA cores, bf16 out; no accumulator,
   no cast launch; an expert's W2 is re-read by every token routed to it).
@@ -363,8 +364,6 @@ def check_config(cfg: dict, shape: dict) -> None:
         p.append(f"tile_order must be one of {TILE_ORDERS}, got {cfg['tile_order']!r}")
     if cfg["route"] not in ROUTES:
         p.append(f"route must be one of {ROUTES}, got {cfg['route']!r}")
-    elif cfg["route"] == "one" and t * k > ROUTE_ONE_MAX_PAIRS:
-        p.append(f"route 'one' serves tokens x topk <= {ROUTE_ONE_MAX_PAIRS}, got {t * k}")
     if cfg["down"] not in DOWNS:
         p.append(f"down must be one of {DOWNS}, got {cfg['down']!r}")
     if not 1 <= cfg["ctas_per_sm"] <= 16:
@@ -379,8 +378,14 @@ def resolve_config(shape: dict, config: dict | None) -> dict:
     return cfg
 
 
-def launches(cfg: dict) -> int:
-    n = (1 if cfg["route"] == "one" else 2) + 1
+def one_launch_routing(cfg: dict, pairs: int) -> bool:
+    """route 'one' routes in one launch where it can (tokens x topk <= ROUTE_ONE_MAX_PAIRS), else in two."""
+    return cfg["route"] == "one" and pairs <= ROUTE_ONE_MAX_PAIRS
+
+
+def launches(cfg: dict, pairs: int = 1) -> int:
+    """Kernel launches per layer call of ``pairs`` (token, slot) pairs."""
+    n = (1 if one_launch_routing(cfg, pairs) else 2) + 1
     if cfg["split_k1"] > 1:
         n += 1
     n += 1  # down, or the accumulator's zeroing before the fused launch
@@ -401,7 +406,7 @@ def moe_fp8_blockscale_decode(a, a_scale, w1, w1_scale, w2, w2_scale, topk_ids, 
     a, a_scale = a.contiguous(), a_scale.contiguous()
     wts = topk_weights.to(torch.float32).contiguous()
     bm = cfg["BLOCK_M"]
-    routing = route_one(topk_ids, e, bm) if cfg["route"] == "one" else align_by_expert(topk_ids, e, bm)
+    routing = route_one(topk_ids, e, bm) if one_launch_routing(cfg, topk_ids.numel()) else align_by_expert(topk_ids, e, bm)
     order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major"}
     rt = (routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows)
     atomic = cfg["down"] == "atomic"
@@ -466,7 +471,8 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     from . import traffic
 
     return KernelLaunch(name="triton_sm90_moe_fp8_blockscale_decode", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
-                        describe={"backend": "triton", "config": cfg, "tuned": False, "launches": launches(cfg),
+                        describe={"backend": "triton", "config": cfg, "tuned": False,
+                                  "launches": launches(cfg, int(shape["tokens"]) * int(shape["topk"])),
                                   "bytes_model": traffic.bytes_moved(shape, cfg).as_dict()})
 
 
@@ -497,7 +503,7 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
                 **{k_.replace("_w", "_w1"): v for k_, v in w1.items()}, **{k_.replace("_w", "_w2"): v for k_, v in w2.items()}}
         consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": BLOCK_K, "BLOCK_N2": cfg["BLOCK_N2"], "SWAP": cfg["swap_ab"], **order}
         kernels.append(facts(_moe_fp8bsd_fused_kernel, types, vals, consts, cfg["warps1"], cfg["stages1"], 2 * BLOCK_K * BLOCK_K))
-        return {"arch": arch, "config": cfg, "launches": launches(cfg), "kernels": kernels}
+        return {"arch": arch, "config": cfg, "launches": launches(cfg, t * k), "kernels": kernels}
     splits = split_k_steps(d, BLOCK_K, cfg["split_k1"])[1]
     types = {"a_ptr": fp8, "as_ptr": "*fp32", "w_ptr": fp8, "ws_ptr": "*fp32", "h_ptr": fp8, "hs_ptr": "*fp32",
              "part_ptr": "*fp32", "zero_ptr": "*fp32", **routing, "zero_numel": "i32", "zero_per_prog": "i32", "k_per_split": "i32"}
@@ -517,4 +523,4 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
         consts = {"TOPK": k, "BLOCK_N": cfg["BLOCK_N2"], "BLOCK_K": BLOCK_K}
         kernels.append(facts(_moe_fp8bsd_down_token_kernel, types, vals, consts, cfg["warps2"], cfg["stages2"],
                              cfg["BLOCK_N2"] * BLOCK_K))
-    return {"arch": arch, "config": cfg, "launches": launches(cfg), "kernels": kernels}
+    return {"arch": arch, "config": cfg, "launches": launches(cfg, t * k), "kernels": kernels}

@@ -10,7 +10,8 @@ each one against the incumbent recipe:
 - ``wide_load``: the packed weights read as int32 words (8 nibbles, k = 8j + i at bits 4i) instead
   of bytes; unpacked with one broadcast shift, the magic bf16 trick (nibble ^ 8 OR-ed into 128.0's
   mantissa, minus 136) and a reshape into natural k order, so the activations are never split into
-  even/odd halves. ``int4_cvt: lop3`` converts each word with inline PTX instead: one XOR, then per
+  even/odd halves. ``int4_cvt: lop3`` reads the same words (whatever wide_load says), repacked once,
+  and converts each with inline PTX instead: one XOR, then per
   two weights one LOP3 (mask two nibbles, OR in bf16 128.0) and one bf16x2 FMA (minus 136), about
   1.6 instructions per weight where the magic path spends several per weight on int16 lanes.
 - ``swap_ab``: the MMA computes W . X^T: the weight tile's BLOCK_N rows fill the MMA's M side (64
@@ -32,8 +33,8 @@ each one against the incumbent recipe:
 - ``tile_order``: ``expert_major`` (the N tiles of one expert block are consecutive items) or
   ``n_major`` (one N tile across all expert blocks first): which rows are streamed side by side.
 - ``route``: ``two`` (the incumbent's histogram + scatter launches) or ``one`` (one program: the
-  histogram, the prefix sum and each pair's rank among its expert's pairs from a P x P comparison;
-  P = tokens x topk <= 256): one launch fewer.
+  histogram, the prefix sum and each pair's rank among its expert's pairs from a P x P comparison,
+  where P = tokens x topk <= 256; above that the two launches): one launch fewer.
 - ``down``: ``atomic`` (expert blocks, fp32 atomic top-k sum, then a cast launch) or ``token`` (one
   program per (token, N2 tile) loops over the token's top-k experts on the CUDA cores and writes
   bf16 at once: no accumulator, no zeroing, no cast launch; each expert's W2 rows are re-read by
@@ -485,11 +486,11 @@ BASE = {
 # (8 experts: split-K so every SM streams, or the fused layer; one-launch routing) and at 16
 # (persistent grid).
 # Levers with scale_acc need group_size % BLOCK_K == 0 (group 128 at BLOCK_K 128).
-_LEAN = {"wide_load": True, "int4_cvt": "lop3", "scale_acc": True, "swap_ab": True}
+_LEAN = {"int4_cvt": "lop3", "scale_acc": True, "swap_ab": True}
 ABLATIONS = {
     "base": dict(BASE),
     "wide_load": {**BASE, "wide_load": True},
-    "lop3": {**BASE, "wide_load": True, "int4_cvt": "lop3"},
+    "lop3": {**BASE, "int4_cvt": "lop3"},
     "swap_ab": {**BASE, "swap_ab": True},
     "scale_acc": {**BASE, "scale_acc": True},
     "bias_acc": {**BASE, "scale_acc": True, "bias_acc": True},
@@ -537,7 +538,7 @@ def check_config(cfg: dict, shape: dict) -> None:
             p.append(f"{name}: BLOCK_K={bk} below group_size={g} needs scale_acc")
         if cfg["scale_acc"] and g % bk:
             p.append(f"{name}: scale_acc needs BLOCK_K={bk} to divide group_size={g} (one scale per K step)")
-        if cfg["wide_load"] and bk % 8:
+        if (cfg["wide_load"] or cfg["int4_cvt"] == "lop3") and bk % 8:
             p.append(f"{name}: wide_load needs BLOCK_K={bk} to be a multiple of 8")
     sk = cfg["split_k1"]
     if isinstance(sk, bool) or not isinstance(sk, int) or sk < 1:
@@ -552,12 +553,8 @@ def check_config(cfg: dict, shape: dict) -> None:
         p.append(f"tile_order must be one of {TILE_ORDERS}, got {cfg['tile_order']!r}")
     if cfg["route"] not in ROUTES:
         p.append(f"route must be one of {ROUTES}, got {cfg['route']!r}")
-    elif cfg["route"] == "one" and t * k > ROUTE_ONE_MAX_PAIRS:
-        p.append(f"route 'one' serves tokens x topk <= {ROUTE_ONE_MAX_PAIRS}, got {t * k}")
     if cfg["int4_cvt"] not in INT4_CVTS:
         p.append(f"int4_cvt must be one of {INT4_CVTS}, got {cfg['int4_cvt']!r}")
-    elif cfg["int4_cvt"] == "lop3" and not cfg["wide_load"]:
-        p.append("int4_cvt 'lop3' converts int32 words: it needs wide_load")
     if cfg["bias_acc"] and not cfg["scale_acc"]:
         p.append("bias_acc takes the +136 off the fp32 partial before its scale: it needs scale_acc")
     if cfg["down"] not in DOWNS:
@@ -565,7 +562,7 @@ def check_config(cfg: dict, shape: dict) -> None:
     cps = cfg["ctas_per_sm"]
     if isinstance(cps, bool) or not isinstance(cps, int) or not 1 <= cps <= 16:
         p.append(f"ctas_per_sm must be an int in 1..16, got {cps!r}")
-    if cfg["wide_load"] and (d % 8 or i % 8):
+    if (cfg["wide_load"] or cfg["int4_cvt"] == "lop3") and (d % 8 or i % 8):
         p.append("wide_load needs model_dim and inter_dim to be multiples of 8 (whole int32 words)")
     if p:
         raise ValueError("moe_a16wi4 decode config rejected: " + "; ".join(p))
@@ -579,15 +576,21 @@ def resolve_config(shape: dict, config: dict | None) -> dict:
 
 
 def wide_mode(cfg: dict) -> int:
-    """The kernels' WIDE constexpr: 0 bytes + magic, 1 int32 words + magic, 2 int32 words + lop3."""
-    if not cfg["wide_load"]:
-        return 0
-    return 2 if cfg["int4_cvt"] == "lop3" else 1
+    """The kernels' WIDE constexpr: 0 bytes + magic, 1 int32 words + magic, 2 int32 words + lop3 (the
+    lop3 conversion reads words whatever wide_load says)."""
+    if cfg["int4_cvt"] == "lop3":
+        return 2
+    return 1 if cfg["wide_load"] else 0
 
 
-def launches(cfg: dict) -> int:
-    """Kernel launches per layer call."""
-    n = 1 if cfg["route"] == "one" else 2
+def one_launch_routing(cfg: dict, pairs: int) -> bool:
+    """route 'one' routes in one launch where it can (tokens x topk <= ROUTE_ONE_MAX_PAIRS), else in two."""
+    return cfg["route"] == "one" and pairs <= ROUTE_ONE_MAX_PAIRS
+
+
+def launches(cfg: dict, pairs: int = 1) -> int:
+    """Kernel launches per layer call of ``pairs`` (token, slot) pairs."""
+    n = 1 if one_launch_routing(cfg, pairs) else 2
     n += 1  # gate/up (or fused)
     if cfg["split_k1"] > 1:
         n += 1
@@ -627,7 +630,8 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
     x = x.contiguous()
     wts = topk_weights.to(torch.float32).contiguous()
     bm = cfg["BLOCK_M"]
-    routing = route_one(topk_ids, experts, bm) if cfg["route"] == "one" else align_by_expert(topk_ids, experts, bm)
+    one = one_launch_routing(cfg, topk_ids.numel())
+    routing = route_one(topk_ids, experts, bm) if one else align_by_expert(topk_ids, experts, bm)
     wide = wide_mode(cfg)
     w1k, w2k = _words(w1.packed, wide > 0), _words(w2.packed, wide > 0)
     atomic = cfg["down"] == "atomic"
@@ -713,7 +717,8 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     from . import traffic
 
     return KernelLaunch(name="triton_sm90_moe_a16wi4_decode", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
-                        describe={"backend": "triton", "config": cfg, "tuned": False, "launches": launches(cfg),
+                        describe={"backend": "triton", "config": cfg, "tuned": False,
+                                  "launches": launches(cfg, int(shape["tokens"]) * int(shape["topk"])),
                                   "bytes_model": traffic.bytes_moved(shape, cfg)})
 
 
@@ -773,7 +778,7 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
         kernels.append(compile_facts(fn, weights_per_iteration=cfg["BLOCK_N2"] * cfg["BLOCK_K2"], types=types, constexprs=consts,
                                      divisible=[a for a, ty in types.items() if ty[0] == "*"], values=vals,
                                      num_warps=cfg["warps2"], num_stages=cfg["stages2"], arch=arch))
-    return {"arch": arch, "config": cfg, "launches": launches(cfg), "kernels": kernels}
+    return {"arch": arch, "config": cfg, "launches": launches(cfg, t * k), "kernels": kernels}
 
 
 __all__ = ["ABLATIONS", "BASE", "EXPECT_KERNELS", "build", "check_config", "compile_only", "launches", "moe_a16wi4_decode",
