@@ -95,3 +95,17 @@ def test_fp8_tune_candidates_are_configs_the_kernels_accept(tokens):
             dec.resolve_config(shape, cfg)
             n += 1
     assert 8 <= n <= 30
+
+
+def test_decode_builders_describe_themselves_in_json():
+    import json
+
+    from skillrun_kernels.fp8_blockscale_moe import triton_sm90_decode as fp8
+    from skillrun_kernels.moe_a16wi4 import triton_sm90_decode as a16
+
+    a = a16.build({"tokens": 16, "model_dim": 7168, "inter_dim": 2048, "experts": 64, "topk": 8, "group_size": 128},
+                  a16.ABLATIONS["lean_t16"], "cpu")
+    f = fp8.build({"tokens": 1, "model_dim": 7168, "inter_dim": 2048, "experts": 256, "topk": 8}, fp8.ABLATIONS["t1"], "cpu")
+    for launch, n in ((a, 4), (f, 5)):
+        d = json.loads(json.dumps(launch.describe))
+        assert d["launches"] == n and d["bytes_model"]["roof_us"] > 0 and d["config"]

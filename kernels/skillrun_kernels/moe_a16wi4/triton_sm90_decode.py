@@ -719,7 +719,7 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     return KernelLaunch(name="triton_sm90_moe_a16wi4_decode", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
                         describe={"backend": "triton", "config": cfg, "tuned": False,
                                   "launches": launches(cfg, int(shape["tokens"]) * int(shape["topk"])),
-                                  "bytes_model": traffic.bytes_moved(shape, cfg)})
+                                  "bytes_model": traffic.bytes_moved(shape, cfg).as_dict()})
 
 
 def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
