@@ -66,6 +66,10 @@ class ExecOptions:
     # every kernel is host code the overall timeout already bounds); 0 = off.
     launch_timeout_s: float | None = None
     command: str | None = None
+    # The untrusted processes' confinement (skillrun.io.sandbox): "auto" takes what the machine offers and
+    # the artifact says what that was ("unsandboxed" where nothing is); "require" refuses to run without
+    # namespaces and Landlock; "off" only scrubs the environment (tests of the other defences).
+    sandbox: str = "auto"
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> "ExecOptions":
@@ -77,6 +81,8 @@ class ExecOptions:
         opts = cls(**kw)
         if opts.cold_l2 not in ("rotate", "flush", "off"):
             raise UsageError(f"cold_l2 must be rotate, flush or off, not {opts.cold_l2!r}", field="cold_l2")
+        if opts.sandbox not in ("auto", "require", "off"):
+            raise UsageError(f"sandbox must be auto, require or off, not {opts.sandbox!r}", field="sandbox")
         if opts.isolation not in (None, "spawn", "fork"):
             raise UsageError(f"isolation must be spawn or fork, not {opts.isolation!r}", field="isolation")
         if opts.seeds < 1 or opts.rounds < 1:
@@ -94,6 +100,7 @@ class _Ctx:
     opts: ExecOptions
     profile_source: str | None
     tol: dict[str, float] = field(default_factory=dict)
+    problem_pin: dict[str, Any] | None = None  # the judge's problem source, read before any port ran (judge.pin_problem)
     notes: list[str] = field(default_factory=list)
 
     def launch_deadline(self) -> float:
@@ -101,9 +108,19 @@ class _Ctx:
         o = self.opts.launch_timeout_s
         return float(o) if o is not None else (GPU_DEADLINE_S if self.be.gpu else 0.0)
 
+    def sandbox_mode(self) -> str:
+        """What each child is told: with everything available, "auto" becomes "require", so a child that
+        cannot enter the sandbox fails its row instead of running the port unconfined."""
+        from skillrun.io import sandbox
+
+        if self.opts.sandbox == "auto" and sandbox.support()["level"] == "full":
+            return "require"
+        return self.opts.sandbox
+
     def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
         iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
-        return run_task(task, timeout_s=self.opts.timeout_s, env=self.be.env(recipe_backend), isolation=iso)
+        return run_task({**task, "sandbox": self.sandbox_mode()}, timeout_s=self.opts.timeout_s,
+                        env=self.be.env(recipe_backend), isolation=iso)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,6 +261,10 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
         "seeds": seeds,
         "tolerance": tol,
     }
+    from skillrun.io import sandbox
+
+    if rec["mode"] != "compile_only":
+        rec["sandbox"] = sandbox.record(opts.sandbox)
     if rec["dtype"] is None:
         del rec["dtype"]
     identity, problem = source_identity(kernel)
@@ -327,7 +348,7 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
     task = {"kind": "candidate", "role": role, "ref": ref, "config": config, "shape": shape,
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
-            "tolerance": ctx.tol}
+            "tolerance": ctx.tol, "problem_pin": ctx.problem_pin}
     if ctx.launch_deadline():
         task["launch_deadline_s"] = ctx.launch_deadline()
     res = ctx.run(task, ctx.item.backend)
@@ -362,6 +383,15 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     ctx.tol = rec["tolerance"]
     refs = card.references
     shape = dict(rec["shape"])
+    from skillrun.execute.judge import pin_problem
+
+    # The judge's code, pinned before any port of this item is imported: the judge children and the
+    # session's referee run these bytes, and refuse to judge if the file changed meanwhile.
+    try:
+        ctx.problem_pin = pin_problem(refs["problem"])
+    except (ImportError, OSError, ValueError) as exc:
+        rec.update(verdict="error", reason=f"the card's problem module {refs['problem']} cannot be read: {exc}")
+        return
     if not be.gpu:  # the runner picks the proxy here, in the parent: no module a card names has a say (proxy.py)
         shape, how = proxy_shape(rec["shape"], opts.proxy_caps)
         rec["proxy_shape"] = shape
@@ -409,7 +439,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     timer = opts.timer if opts.timer is not None else be.default_timer()
     task = {
         "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
-        "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000,
+        "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000, "problem_pin": ctx.problem_pin,
         "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
                  + [{"slot": slot, "ref": r["ref"], "config": {}, "isolated_parity": bool(r["parity"]["passed"])}
                     for slot, r in in_session],

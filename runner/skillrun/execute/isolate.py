@@ -30,7 +30,7 @@ from typing import Any, IO
 
 from skillrun.io import lifeline
 
-from skillrun.execute.childproc import TAIL_CHARS, _tail, child_env, describe_exit  # noqa: F401  (re-exported)
+from skillrun.execute.childproc import TAIL_CHARS, _tail, child_env, describe_exit, read_child_file  # noqa: F401  (re-exported)
 
 
 class Zygote:
@@ -155,13 +155,13 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         result_path = d / "result.json"
         if not timed_out and result_path.exists():
             try:
-                res = json.loads(result_path.read_text())
+                res = json.loads(read_child_file(result_path))
                 res.setdefault("status", "error")
                 res["wall_s"] = round(wall, 3)
                 if code != 0:
                     res.setdefault("notes", []).append(f"child exit status {code} after writing its result")
                 return res
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
                 return {"status": "error", "error": f"unreadable child result: {exc}", "wall_s": round(wall, 3)}
         msg = stuck or (f"timed out after {timeout_s:g} s (hang?); child killed" if timed_out else describe_exit(code))
         tail = _tail(d / "stderr") or _tail(d / "stdout")
@@ -175,8 +175,16 @@ _NOT_TAKEN = ("parity", "input_error", "flops", "min_bytes")
 
 def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
     """A candidate task as two children, accused and judge (judge.py); the result has the usual form."""
+    from skillrun.execute import judge
+
+    if "problem_pin" not in task:  # pinned before the accused runs (the harness pins once per item, earlier)
+        try:
+            task = {**task, "problem_pin": judge.pin_problem(task["problem"])}
+        except (ImportError, OSError, ValueError) as exc:
+            return {"status": "error", "error": f"the problem module cannot be pinned: {exc}", "wall_s": 0.0}
     with lifeline.temp_dir("handover") as tmp:
-        res = run_task({**task, "handover": tmp}, timeout_s=timeout_s, env=env, isolation=isolation)
+        res = run_task({**{k: v for k, v in task.items() if k != "problem_pin"}, "handover": tmp}, timeout_s=timeout_s,
+                       env=env, isolation=isolation)
         said = res.get("parity") if isinstance(res.get("parity"), dict) else {}
         for k in _NOT_TAKEN:
             res.pop(k, None)
@@ -185,7 +193,8 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
         if res.get("status") != "ok":
             return res
         verdict = run_task({"kind": "judge", "problem": task["problem"], "shape": task["shape"], "device": task["device"],
-                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp},
+                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp,
+                            "problem_pin": task["problem_pin"]},
                            timeout_s=timeout_s, env=env, isolation=isolation)
     res["wall_s"] = round(float(res.get("wall_s") or 0.0) + float(verdict.get("wall_s") or 0.0), 3)
     if verdict.get("status") != "ok":

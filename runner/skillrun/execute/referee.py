@@ -27,7 +27,6 @@ session connects before it builds any kernel, and the referee serves that one co
 """
 from __future__ import annotations
 
-import importlib
 import json
 import random
 import socket
@@ -168,7 +167,10 @@ class Referee:
         self.path = str(self.folder / "referee.sock")
         if len(self.path.encode()) > 100:  # a Unix socket's path is limited to ~108 bytes
             raise ValueError(f"the temporary folder's path is too long for a Unix socket ({self.path}); set TMPDIR shorter")
-        self.problem = importlib.import_module(task["problem"])
+        # The problem module as the parent pinned it before any port ran (judge.load_problem), never as
+        # the file (or an earlier import) is now: a port that appended code to it changes nothing here.
+        self.pin = task.get("problem_pin") or judge.pin_problem(task["problem"])
+        self.problem = judge.load_problem(task["problem"], self.pin)
         self.shape, self.device = dict(task["shape"]), task["device"]
         self.tol = parity.tolerance_of(task.get("tolerance"))
         self.slots = [s["slot"] for s in task["slots"]]
@@ -191,6 +193,7 @@ class Referee:
         self.input_error: str | None = None
         self.pending: dict | None = None  # the round whose outputs were asked for
         self.done = False
+        self.conn: socket.socket | None = None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
         self.server.listen(1)
@@ -205,6 +208,7 @@ class Referee:
         except OSError:
             return
         self.server.close()  # one session, one connection: nobody else gets in
+        self.conn = conn
         with conn, conn.makefile("rb") as reader:
             while True:
                 try:
@@ -236,7 +240,14 @@ class Referee:
             self.server.close()
         except OSError:
             pass
-        self.thread.join(timeout=60)
+        # The session's process has ended, but a process it left behind may still hold the connection
+        # open: shut it down from here, so the serving thread sees its end at once (bounded, never hung).
+        if self.conn is not None:
+            try:
+                self.conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(timeout=10)
         self.master.clear()
         self.oracles.clear()
         if str(self.device).startswith("cuda"):
@@ -370,6 +381,11 @@ class Referee:
     # -- the result -------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
+        try:
+            judge.check_pin(self.pin)
+        except judge.ProblemChanged as exc:
+            if str(exc) not in self.problems:
+                self.problems.append(str(exc))
         return {"sampled": self.sampled, "timed_rounds": self.timed, "checked_rounds": self.checked,
                 "refreshes": self.refreshes, "post": self.post, "problems": list(self.problems),
                 "input_error": self.input_error, "done": self.done}

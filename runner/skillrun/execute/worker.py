@@ -684,11 +684,34 @@ def _judge(task: dict) -> dict:
 TASKS = {"candidate": candidate, "judge": _judge, "session": session, "probe": probe}
 
 
-def main(argv: list[str]) -> int:
+def confine(task: dict, task_path: str, parent: int | None, deathsig: bool) -> dict:
+    """Enter the sandbox (skillrun.io.sandbox) before any kernel module is imported, and tie this
+    process's life to ``parent``. The judge imports no kernel: its environment is scrubbed, nothing more.
+    Writable: the task's own folder (its result, its progress) and its hand-over folder, nothing else."""
+    from skillrun.io import lifeline, sandbox
+
+    kind = task.get("kind")
+    mode = "off" if kind == "judge" else str(task.get("sandbox") or "auto")
+    role = "reference" if task.get("role") in operands.REFERENCE_ROLES or task.get("role") == "references" else "accused"
+    writable = [os.path.dirname(os.path.abspath(task_path)), task.get("handover")]
+    info = sandbox.enter([w for w in writable if w], role=role, mode=mode, parent=parent, deathsig=deathsig)
+    if not info.get("lifeline") and parent is not None:
+        lifeline.die_with_parent(parent, deathsig=deathsig)
+    return info
+
+
+def main(argv: list[str], parent: int | None = None, deathsig: bool = False) -> int:
+    """Run the task in ``argv[1]``, its result to ``argv[2]``; ``parent``: the process to die with."""
     task_path, result_path = argv[1], argv[2]
     task = json.loads(open(task_path).read())
     try:
+        try:
+            info = confine(task, task_path, parent, deathsig)
+        except Exception as exc:  # noqa: BLE001 - a sandbox that was required and did not hold: no task runs
+            raise RuntimeError(f"sandbox: {type(exc).__name__}: {exc}") from None
         res = TASKS[task["kind"]](task)
+        if isinstance(res, dict):
+            res["sandbox_entered"] = info
     except Exception as exc:  # reported as this row's error; the parent carries on
         res = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
                "traceback": traceback.format_exc()[-4000:]}
@@ -703,5 +726,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     from skillrun.io import lifeline
 
-    lifeline.die_with_parent()  # spawned by the harness: end with it, even after its SIGKILL
-    sys.exit(main(sys.argv))
+    # Spawned by the harness: end with it, even after its SIGKILL (the sandbox carries the watch).
+    pid_text = os.environ.get(lifeline.PARENT_ENV, "")
+    sys.exit(main(sys.argv, int(pid_text) if pid_text.isdigit() else None, os.environ.get(lifeline.DEATHSIG_ENV) == "1"))
