@@ -149,6 +149,12 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         raise UsageError("isolation=fork is for the CPU backend: children forked from the zygote cannot initialize "
                          "CUDA", field="isolation", hint="leave isolation unset (spawn on GPUs) or pass spawn")
     ctx = _Ctx(card=card, item=item, be=be, opts=opts, profile_source=profile_source)
+    from skillrun.io import janitor
+
+    # A run killed before this one: what it was doing is said here (its folders are already gone).
+    ctx.notes.extend(janitor.lost_runs())
+    janitor.ensure()
+    janitor.running(f"card {card.id} recipe {item.recipe} shape {_shape_text(item.shape)}")
     rec = _base_record(ctx)
     try:
         _execute(ctx, rec)
@@ -156,6 +162,8 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         raise
     except Exception as exc:  # a harness bug must not lose the row: record it as an error
         rec.update(verdict="error", reason=f"harness error: {type(exc).__name__}: {exc}")
+    finally:
+        janitor.done()
     if ctx.notes:
         rec["notes"] = ctx.notes
     out = dict(rec)
