@@ -61,6 +61,9 @@ def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([old] if old else [])))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # A timed session runs two children side by side (the accused's and the references', session.py): an
+    # OpenMP pool that spins after each parallel region would take the CPU from the other one's launch.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for k, v in (extra or {}).items():
         if v is None:
             env.pop(k, None)

@@ -545,6 +545,9 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
         timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
         timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
         noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    for k in ("parent_clock", "canary"):  # the parent's clock around every launch, the references' canary (session.py)
+        if k in t:
+            timing[k] = t[k]
     timing["warnings"] = timing_warnings(timing, stats, noise_pct)
     if not timing["warnings"]:
         del timing["warnings"]

@@ -95,10 +95,20 @@ class Zygote:
 
 _ZYGOTE = Zygote()
 atexit.register(_ZYGOTE.stop)
+# A timed session runs two children at once (the accused's and the references', session.py): the second
+# forks from a zygote of its own ("lane" 1), so neither waits for the other.
+_LANES: dict[int, Zygote] = {0: _ZYGOTE}
+
+
+def _zygote(lane: int) -> Zygote:
+    if lane not in _LANES:
+        _LANES[lane] = Zygote()
+        atexit.register(_LANES[lane].stop)
+    return _LANES[lane]
 
 
 def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | None] | None = None,
-             isolation: str = "spawn") -> dict[str, Any]:
+             isolation: str = "spawn", lane: int = 0) -> dict[str, Any]:
     """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``.
 
     A session task that carries ``watchdog`` (``{"deadline_s": s}``) first has its slots probed
@@ -119,8 +129,9 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
         res["watchdog"] = record
         return res
-    if task.get("kind") == "session" and "referee" not in task:
-        # The timed session runs in the port's process; what decides about it is the referee's, here.
+    if task.get("kind") == "session":
+        # The timed session: this process holds the clock and the referee; the port's process and the
+        # references' process only do what they are told (session.py).
         return _refereed(task, timeout_s=timeout_s, env=env, isolation=isolation)
     # Named for this process: a run killed by SIGKILL leaves its folder, and the next run removes it.
     with lifeline.temp_dir("child") as tmp:
@@ -143,7 +154,7 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
             req = {"task": str(d / "task.json"), "result": str(d / "result.json"), "stdout": str(d / "stdout"),
                    "stderr": str(d / "stderr"), "env": {}, "timeout_s": timeout_s}
             try:
-                code, timed_out = _ZYGOTE.run(req, base, env or {})
+                code, timed_out = _zygote(lane).run(req, base, env or {})
             except (RuntimeError, OSError, ValueError):
                 code = None  # fall back to a fresh interpreter below
         stuck = None
@@ -212,21 +223,11 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
 
 
 def _refereed(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
-    """A session task with its referee (referee.py) serving it from this process."""
-    from skillrun.execute import referee
+    """A session task, driven from this process (session.py): the referee here, the accused and the
+    references in two children."""
+    from skillrun.execute import session
 
-    with lifeline.temp_dir("referee") as tmp:
-        try:
-            ref = referee.Referee(task, tmp)
-        except Exception as exc:  # noqa: BLE001 - the problem module or the device, named in the row's error
-            return {"status": "error", "error": f"the session's referee could not start: {type(exc).__name__}: {exc}"[:2000],
-                    "wall_s": 0.0}
-        try:
-            res = run_task({**task, "referee": ref.path, "handover": str(ref.handover)}, timeout_s=timeout_s, env=env,
-                           isolation=isolation)
-        finally:
-            ref.stop()
-        return referee.fold(res, task, ref.summary())
+    return session.run_session(task, timeout_s=timeout_s, env=env, isolation=isolation, run_task=run_task)
 
 
 def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,
