@@ -221,3 +221,34 @@ def test_the_environment_handed_to_children_keeps_device_settings_and_drops_cred
                              "PYTHONPATH": "/x", "LC_ALL": "C.UTF-8", "CUDA_HOME": "ghp_" + "a" * 36})
     assert env == {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": "/x",
                    "LC_ALL": "C.UTF-8"}
+
+
+def test_inside_the_sandbox_no_special_file_can_be_made_and_nothing_outside_written(tmp_path):
+    """FIFOs, sockets and links (a hand-over a reader would block on, or a path sent elsewhere) are
+    refused in the task's own folder; the import path and the temporary folder are not writable."""
+    import json as _json
+
+    code = f"""
+import json, os, socket, sys
+from skillrun.io import sandbox
+sandbox.enter([{str(tmp_path / "own")!r}], mode="require")
+res = {{}}
+def tryit(name, fn):
+    try:
+        fn(); res[name] = "made"
+    except OSError:
+        res[name] = "refused"
+tryit("fifo", lambda: os.mkfifo({str(tmp_path / "own" / "f")!r}))
+tryit("symlink", lambda: os.symlink("/etc/passwd", {str(tmp_path / "own" / "l")!r}))
+tryit("socket", lambda: socket.socket(socket.AF_UNIX).bind({str(tmp_path / "own" / "s")!r}))
+tryit("file", lambda: open({str(tmp_path / "own" / "ok")!r}, "w").write("x"))
+tryit("import path", lambda: open(os.path.join(sys.path[-1] if os.path.isdir(sys.path[-1]) else sys.prefix, "x.py"), "w"))
+tryit("tmp", lambda: open({str(tmp_path / "elsewhere")!r}, "w"))
+print(json.dumps(res))
+"""
+    (tmp_path / "own").mkdir()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    res = _json.loads(out.stdout.strip().splitlines()[-1])
+    assert res == {"fifo": "refused", "symlink": "refused", "socket": "refused", "file": "made",
+                   "import path": "refused", "tmp": "refused"}, (res, out.stderr[-500:])
