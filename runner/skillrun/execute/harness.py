@@ -524,8 +524,11 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
                                   "reported per call" if t.get("repeat", 1) > 1 else ", CUDA-graph replay")
                                  if ses.get("cuda_graph") else ""),
         "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
-        "interleaved": ("same process, one launch per slot per round; positions balanced (blocks of one round per slot, "
-                        "a random order rotated through every position)" if "raw" in t else
+        "interleaved": (("one launch per slot per round, each in its slot's own process (the port's apart from the "
+                         "references', driven and clocked by the parent)" if "parent_clock" in t else
+                         "same process, one launch per slot per round")
+                        + "; positions balanced (blocks of one round per slot, a random order rotated through every position)"
+                        if "raw" in t else
                         "same process, one launch per slot per round, slot order reversed every other round"),
         "input_sets": ses.get("input_sets"), "bytes_per_set": ses.get("bytes_per_set"),
         "port_ms": stats["port"],
