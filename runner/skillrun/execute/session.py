@@ -537,6 +537,9 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
             ref.done = True
         except SessionError as exc:
             res = {"status": "error", "error": str(exc)[:2000], "wall_s": round(time.perf_counter() - t0, 3)}
+            for role, th in threads:  # a child that ended early says why (a sandbox refused, a crash)
+                if not th.is_alive() and results.get(role, {}).get("status") == "error":
+                    res["error"] = (res["error"] + f"; the {role}' process: {str(results[role].get('error'))[:600]}")[:2000]
         finally:
             s.freezer.thaw()
             for c in s.children.values():
@@ -667,7 +670,7 @@ def _drive(s: Session, task: dict) -> dict:
                 res["cuda_graph"] = True
             else:
                 bad = next(r for r in caps.values() if not r.get("captured"))
-                both(kids, lambda c: {"op": "timing"}, s.left())  # eager everywhere
+                both(kids, lambda c: {"op": "timing", "eager": True}, s.left())  # eager everywhere
                 repeat = 1
                 res["notes"].append(f"CUDA graph capture failed ({str(bad.get('error'))[:200]}); timed eager launches")
         n_sets = res["input_sets"]
@@ -811,9 +814,11 @@ def _parent_clock(s: Session) -> dict:
             per[n]["impossible_claims"] = s.impossible[n]
     ref_gap = _low([w - c for n, xs in s.bounds.items() if s.child_of(n).role == "references" for c, w in xs])
     return {"how": "every timed launch is a request from the parent; its slot's process replies with the time its own timer "
-                   "measured, and the parent's clock runs around the request. A claim above the parent's time is "
-                   "impossible; the time the accused's claims leave unaccounted (20th percentile over its launches) must "
-                   f"match the references' within max(its median claim, {CLAIM_FLOOR_MS} ms)",
+                   "measured and its commitment to the output (computed in the same request, so the time between a "
+                   "launch's end and its commitment is part of what the claims leave unaccounted), and the parent's clock "
+                   "runs around the request. A claim above the parent's time is impossible; the time the accused's claims "
+                   "leave unaccounted (20th percentile over its launches) must match the references' within max(its "
+                   f"median claim, {CLAIM_FLOOR_MS} ms)",
             "reference_overhead_ms": round(ref_gap, 6) if ref_gap is not None else None, "floor_ms": CLAIM_FLOOR_MS,
             "slots": per}
 

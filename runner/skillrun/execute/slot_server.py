@@ -219,6 +219,8 @@ class Server:
             return fn
 
         self.fns = {n: [call(n, j) for j in range(self.sets.n_sets)] for n in self.launches}
+        if msg.get("eager"):  # a capture failed on one side: eager launches on both, prepare's operands rebound
+            self.repeat, self.graphs, self.sets.in_place = 1, False, False
         if self.tcfg.get("cold_l2") == "flush" and self.tcfg.get("l2_bytes") and self.use_device:
             import torch
 
