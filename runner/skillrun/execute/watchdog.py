@@ -36,12 +36,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from skillrun.io import lifeline
 from skillrun.execute.childproc import _tail, child_env, describe_exit, read_child_file
 
 PROBE_LAUNCHES = 2
@@ -95,7 +95,7 @@ def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str,
 def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, int], device: str, deadline_s: float,
                  env: dict[str, str | None] | None, launches: int) -> list[Probe]:
     """One child for as many slots as it gets through; always returns at least one Probe (progress)."""
-    with tempfile.TemporaryDirectory(prefix="skillrun-watchdog-") as tmp:
+    with lifeline.temp_dir("watchdog") as tmp:  # named for this process: its janitor removes it if the run is killed
         d = Path(tmp)
         progress = d / "progress.jsonl"
         progress.touch()
