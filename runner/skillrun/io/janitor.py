@@ -55,11 +55,12 @@ def ensure() -> None:
         if os.getpid() in _PIPE or os.environ.get("SKILLRUN_NO_JANITOR"):
             return
         try:
-            proc = subprocess.Popen([sys.executable, "-S", "-m", "skillrun.io.janitor", str(os.getpid()), tempfile.gettempdir(),
+            # Run as a script (this file imports the standard library only): no import path to find, no
+            # site start-up (-S), whatever way skillrun itself was installed.
+            proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), str(os.getpid()), tempfile.gettempdir(),
                                      str(state_dir())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                                    env={**{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "XDG_STATE_HOME")},
-                                         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+                                    env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "XDG_STATE_HOME")})
         except OSError:
             return
         _PIPE[os.getpid()] = proc.stdin

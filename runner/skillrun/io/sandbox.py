@@ -265,6 +265,16 @@ def _readable() -> list[str]:
              os.path.realpath(sys.executable)]
     extra += [p for p in sys.path if p]
     extra += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # Our packages wherever they are: an editable install maps them through an import hook, not sys.path
+    # (a clone under /home would otherwise be unreadable from inside).
+    import importlib.util
+
+    for name in ("skillrun", "skillrun_kernels", "skillrun_kb"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        extra += list(getattr(spec, "submodule_search_locations", None) or [])
     return [p for p in dict.fromkeys(tops + extra) if p and os.path.exists(p)]
 
 
