@@ -251,5 +251,6 @@ def test_read_validation_speaks_the_report_vocabulary(kb, tools):
         "20261129T092709Z_decode_m64_klight_M64xN7168xK2048_gpu_measured.yaml"
     (kb / "validation" / "triton_fp8_blockscale_gemm_sm90").mkdir(parents=True)
     shutil.copy(src, kb / "validation" / "triton_fp8_blockscale_gemm_sm90" / src.name)
+    shutil.copy(src.parent / "LEDGER.jsonl", kb / "validation" / "triton_fp8_blockscale_gemm_sm90")  # runner-written evidence
     (row,) = _call(tools, "read_validation")["artifacts"]
     assert row["verdict"] == "within_noise" and row["recorded_verdict"] == "slower"

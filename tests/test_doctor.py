@@ -116,3 +116,14 @@ def test_compile_facts_and_artifacts_record_the_flydsl_version(tmp_path):
     assert rec["compile"]["flydsl"] == metadata.version("flydsl")
     validate_record(rec)
     assert isinstance(recipe, Recipe)
+
+
+def test_doctor_says_what_confines_the_port_here():
+    from skillrun.io import sandbox
+
+    item = doctor._sandbox()
+    assert item["name"] == "sandbox" and "Landlock" in item["detail"] and "namespaces" in item["detail"]
+    if sandbox.support()["level"] == "full":
+        assert item["ok"] and "private /proc yes" in item["detail"] and "import path read-only yes" in item["detail"]
+    else:
+        assert not item["ok"] and "unsandboxed" in item["disables"]

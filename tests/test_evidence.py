@@ -93,7 +93,8 @@ def test_index_labels_current_superseded_and_stale(labelled):
     assert any("kernel source kernels/skillrun_kernels/toykern.py changed" in r for r in by["stale"].stale_reasons)
     assert by["edited"].card_edited and not by["edited"].stale
     assert by["config"].stale and "config changed" in by["config"].stale_reasons[0]
-    assert ev.counts() == {"artifacts": 5, "current": 4, "superseded": 1, "stale_current": 2, "invalid": 0, "unreliable": 0}
+    assert ev.counts() == {"artifacts": 5, "current": 4, "superseded": 1, "stale_current": 2, "invalid": 0, "unreliable": 0, "untrusted": 0,
+                          "lost": 0}
     # Paths are relative to the KB root, in the index and inside the written artifact.
     assert by["new"].path.startswith("validation/toy_blockscale/")
     assert yaml.safe_load(paths["new"].read_text())["card"]["path"] == "skills/toy_blockscale/SKILL.md"

@@ -72,8 +72,8 @@ def test_a_changed_artifact_misses(kb, cache_folder):
     f = _files(kb)[0]
     st = f.stat()
     text = f.read_text()
-    i = text.index("created: '") + len("created: '") + 3  # the year's last digit: same size, still valid
-    f.write_text(text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:])
+    i = text.index("created: '") + len("created: '") + 3  # the year's last digit, one year back: same size,
+    f.write_text(text[:i] + str((int(text[i]) + 9) % 10) + text[i + 1:])  # still valid (a future date is refused)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: the content hash still tells
     n, after = _load(kb)
     assert n == 1

@@ -96,16 +96,15 @@ def test_handover_reader_rebuilds_an_exact_tensor_and_refuses_bad_metadata(tmp_p
         read_output(tmp_path, 3, max_bytes=16)
 
 
-def test_a_port_writing_the_baselines_input_copy_fails_and_the_baseline_is_not_blamed(kb):
-    # Before: the baseline's gate failed ("wrote to its input operand(s)") and the port passed.
+def test_a_port_cannot_reach_the_baselines_input_copy(kb):
+    # It zeroed the baseline's input copy (found through gc) so that the baseline was blamed for writing
+    # its inputs. The references run in a process that never imports the port (execute/session.py):
+    # there is no baseline copy in the port's process to find.
     rec = run(kb, "reach_zeroes_baseline_copy")
-    assert rec["parity"]["port"]["passed"]  # right answers throughout
-    port, base = rec["slot_integrity"]["port"], rec["slot_integrity"]["baseline"]
-    assert not port["passed"] and "another slot's code wrote them" in port["reason"], port
-    assert rec["verdict"] == "error" and rec.get("speedup") is None
-    assert base["input_checksums"]["mutated"] == 0 and base["input_checksums"]["written_by_another_slot"]
-    assert "wrote to its input operand(s)" not in base.get("reason", "")
-    assert base["sampled_timed_outputs"]["failed"] == 0  # rounds on inputs it did not own are not held against it
+    assert rec["parity"]["port"]["passed"] and rec["verdict"] == "cpu_numerics_passed", rec["reason"]
+    base = rec["slot_integrity"]["baseline"]
+    assert base["passed"] and base["input_checksums"]["mutated"] == 0 and "written_by_another_slot" not in base["input_checksums"]
+    assert base["sampled_timed_outputs"]["failed"] == 0
 
 
 def test_a_port_returning_a_lazy_subclass_only_when_timed_fails_the_sampled_checks(kb):

@@ -1,8 +1,9 @@
-"""The timed session's referee (runner/skillrun/execute/referee.py), driven over its socket by a scripted session.
+"""The timed session's referee (runner/skillrun/execute/referee.py), driven as the parent drives it.
 
-End-to-end cheats that bend the session's checks are in test_execute_judge.py; these pin the protocol:
-the content both sides build from the referee's seeds and plans, commitments, the order of requests,
-and what the parent takes (``fold``) from the session's result and from the referee.
+End-to-end cheats that bend the session's checks are in test_execute_judge.py and test_execute_clock.py;
+these pin the protocol: the content both sides build from the referee's seeds and plans, commitments
+(SHA-256 of dtype, shape and bytes) and the output contract, the order of requests, and what the parent
+takes (``fold``) from the session's result and from the referee.
 """
 from __future__ import annotations
 
@@ -24,14 +25,36 @@ def task(problem: str = "defects.problem", rounds: int = 8, check: int = 8) -> d
             "port_slot": "port", "peers": [], "timing": {"rounds": rounds, "check_timed": check}}
 
 
+class Client:
+    """What the session's processes ask the referee, relayed the way the parent relays it (session.py)."""
+
+    def __init__(self, ref: referee.Referee) -> None:
+        self.ref = ref
+
+    def ask(self, msg: dict) -> dict:
+        ans = self.ref.answer(msg)
+        if ans.get("error"):
+            raise (DegenerateInput if ans.get("input_error") else RuntimeError)(ans["error"])
+        return ans
+
+    def new_set(self, j: int) -> int:
+        return int(self.ask({"op": "set", "j": j})["seed"])
+
+    def refresh(self, j: int, master: dict) -> dict:
+        return self.ask({"op": "refresh", "j": j})["plan"]
+
+    def close(self) -> None:
+        self.ref.done = True
+
+
 @pytest.fixture
 def served(tmp_path):
     made = []
 
     def start(t: dict | None = None):
-        ref = referee.Referee(t or task(), tmp_path)
+        ref = referee.Referee(t or task(), tmp_path / f"r{len(made)}")
         made.append(ref)
-        return ref, referee.Client(ref.path)
+        return ref, Client(ref)
 
     yield start
     for ref in made:
@@ -43,7 +66,8 @@ def honest(inputs: dict) -> torch.Tensor:
 
 
 def hand(ref: referee.Referee, slot: str, token: int, out: torch.Tensor) -> None:
-    judge.write_output(ref.handover / f"s{[s['slot'] for s in SLOTS].index(slot)}", token, out, {})
+    side = "accused" if slot == "port" else "references"
+    judge.write_output(ref.handover / side / f"s{[s['slot'] for s in SLOTS].index(slot)}", token, out, {})
 
 
 def test_both_sides_build_the_same_content_from_the_referees_seeds_and_plans(served):
@@ -63,7 +87,7 @@ def test_a_checked_round_is_judged_from_the_bytes_against_the_referees_own_conte
     right, stale = honest(inputs), torch.zeros(SHAPE["M"], SHAPE["N"], dtype=torch.float16)
     outs = {"port": stale, "baseline": right}
     ans = client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0, "last": False,
-                      "commits": {n: list(integrity.output_digest(o)) for n, o in outs.items()}})
+                      "commits": {n: integrity.output_digest(o) for n, o in outs.items()}})
     assert ans["check"]  # every round is checked when check_timed == rounds
     for n, o in outs.items():
         hand(ref, n, ans["token"], o)
@@ -79,8 +103,8 @@ def test_an_output_changed_after_the_round_was_chosen_fails_its_commitment(serve
     inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
     stale = torch.zeros(SHAPE["M"], SHAPE["N"], dtype=torch.float16)
     ans = client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0, "last": False,
-                      "commits": {"port": list(integrity.output_digest(stale)),
-                                  "baseline": list(integrity.output_digest(honest(inputs)))}})
+                      "commits": {"port": (integrity.output_digest(stale)),
+                                  "baseline": (integrity.output_digest(honest(inputs)))}})
     hand(ref, "port", ans["token"], honest(inputs))  # the right answer, computed once the round was chosen
     hand(ref, "baseline", ans["token"], honest(inputs))
     client.ask({"op": "handed", "token": ans["token"], "foreign": []})
@@ -91,11 +115,11 @@ def test_an_output_changed_after_the_round_was_chosen_fails_its_commitment(serve
 def test_requests_out_of_order_fail_the_accused_and_are_refused(served):
     ref, client = served()
     client.new_set(0)
-    with pytest.raises(referee.RefereeError):
+    with pytest.raises(RuntimeError):
         client.ask({"op": "handed", "token": 5, "foreign": []})  # no round was chosen
-    with pytest.raises(referee.RefereeError):
+    with pytest.raises(RuntimeError):
         client.ask({"op": "set", "j": 7})  # sets are made in order
-    with pytest.raises(referee.RefereeError):
+    with pytest.raises(RuntimeError):
         client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0})  # no commitments
     client.close()
     summary = ref.summary()
@@ -133,7 +157,7 @@ def test_the_referee_chooses_about_check_timed_of_the_rounds(served):
     ref, client = served(task(rounds=40, check=4))
     inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
     out = honest(inputs)
-    commit = list(integrity.output_digest(out))
+    commit = (integrity.output_digest(out))
     chosen = []
     for i in range(40):
         ans = client.ask({"op": "round", "kind": "timed", "index": i, "read": 0, "last": i == 39,
@@ -181,7 +205,7 @@ def test_a_session_cannot_make_the_referee_hold_more_sets_than_it_may_use(served
     ref, client = served(t)
     for j in range(3):
         client.new_set(j)
-    with pytest.raises(referee.RefereeError):
+    with pytest.raises(RuntimeError):
         client.new_set(3)
     assert len(ref.master) == 3 and "beyond the session's 3" in ref.summary()["problems"][0]
 
@@ -203,3 +227,49 @@ def test_the_oracle_is_real_fp32_and_the_callers_settings_are_put_back(served):
         assert seen == [False] and torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_an_output_of_another_dtype_breaks_the_contract_even_when_right_and_committed(served):
+    ref, client = served()
+    inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
+    wide = (inputs["a"].float() @ inputs["b"].float()).double()  # the right values, float64 (the problem says float16)
+    outs = {"port": wide, "baseline": honest(inputs)}
+    ans = client.ask({"op": "round", "kind": "timed", "index": 0, "read": 0, "last": False,
+                      "commits": {n: integrity.output_digest(o) for n, o in outs.items()}})
+    for n, o in outs.items():
+        hand(ref, n, ans["token"], o)
+    client.ask({"op": "handed", "token": ans["token"], "foreign": []})
+    port = ref.summary()["sampled"]["port"]
+    assert port["failed"] == port["handover_failed"] == 1 and "contract" in port["failures"][0] and "float64" in port["failures"][0]
+    assert ref.summary()["sampled"]["baseline"]["failed"] == 0
+
+
+def test_every_profiled_round_is_checked(served):
+    ref, client = served(task(rounds=40, check=1))
+    inputs = toy.make_inputs(SHAPE, client.new_set(0), "cpu")
+    commit = integrity.output_digest(honest(inputs))
+    for i in range(3):
+        ans = client.ask({"op": "round", "kind": "observed", "index": i, "read": 0, "last": False,
+                          "commits": {"port": commit, "baseline": commit}})
+        assert ans["check"]
+        for n in ("port", "baseline"):
+            hand(ref, n, ans["token"], honest(inputs))
+        client.ask({"op": "handed", "token": ans["token"], "foreign": []})
+    assert ref.summary()["observed_checked"] == 3 and ref.summary()["sampled"]["port"]["checked"] == 3
+
+
+def test_the_commitment_binds_where_a_linear_checksum_did_not():
+    """Four words moved by +1/-1 in a rectangle keep every row sum and column sum (the word-sum checksum
+    the session used to commit with); the SHA-256 commitment tells the two outputs apart."""
+    out = torch.randn(64, 2048).to(torch.float16)
+    forged = out.clone()
+    w = forged.view(-1).view(torch.int32).view(64, 1024)  # the old checksum's rows of 1024 int32 words
+    w[2, 5] += 1
+    w[2, 9] -= 1
+    w[7, 5] -= 1
+    w[7, 9] += 1
+    old = lambda t: (int(t.sum()), int((t.sum(1) * torch.arange(1, 65)).sum()), int((t.sum(0) * torch.arange(1, 1025)).sum()))  # noqa: E731
+    assert old(out.view(-1).view(torch.int32).view(64, 1024).long()) == old(w.long())
+    assert not torch.equal(out, forged)
+    assert integrity.output_digest(out) != integrity.output_digest(forged)
+    assert integrity.output_digest(out) == integrity.output_digest(out.clone())

@@ -28,6 +28,7 @@ from skillrun_kernels.protocol import KernelLaunch
 U = "defects.untrusted"
 SHAPE = {"M": 48, "N": 32, "K": 64}
 TIMED = {"timer": "wall", "rounds": 12, "warmup": 2}
+OBSERVED = 3  # profiled rounds (observe_rounds): judged like the timed ones, so checked on top of check_timed
 
 
 def _zero_problem_card() -> dict:
@@ -90,7 +91,7 @@ def test_honest_port_passes_every_new_check_and_the_artifact_says_what_ran(kb):
     assert g["passed"], g["reason"]
     assert g["input_checksums"]["checked"] >= 2 + 3 + TIMED["warmup"] + TIMED["rounds"] and g["input_checksums"]["mutated"] == 0
     # check_timed (16) >= rounds: every timed call's output was checked, and all passed.
-    assert g["sampled_timed_outputs"]["checked"] == TIMED["rounds"] and g["sampled_timed_outputs"]["failed"] == 0
+    assert g["sampled_timed_outputs"]["checked"] == TIMED["rounds"] + OBSERVED and g["sampled_timed_outputs"]["failed"] == 0
     assert g["observed_rounds"]["launches"] == 3 and len(g["observed_rounds"]["rounds"]) == 3
     # The observed (profiled) rounds are extra: the statistics hold exactly `rounds` unprofiled samples.
     assert rec["timing"]["port_ms"]["samples"] == TIMED["rounds"] == rec["timing"]["rounds"]
@@ -105,7 +106,7 @@ def test_port_memoizing_on_data_ptr_fails_on_sampled_timed_outputs(kb):
     assert rec["parity"]["port"]["passed"]  # isolated parity cannot see it
     assert rec["verdict"] == "error" and rec["speedup"] is None
     s = gate(rec)["sampled_timed_outputs"]
-    assert s["checked"] == 4 and s["failed"] >= 3
+    assert s["checked"] == 4 + OBSERVED and s["failed"] >= 3
     assert "sampled timed calls fail the oracle" in rec["reason"] and "stale" in rec["reason"]
     assert gate(rec, "baseline")["passed"]
 
@@ -123,7 +124,7 @@ def test_port_returning_its_previous_output_fails_on_sampled_timed_outputs(kb):
     assert rec["parity"]["port"]["passed"]
     assert rec["verdict"] == "error"
     s = gate(rec)["sampled_timed_outputs"]
-    assert s["failed"] == s["checked"] == TIMED["rounds"]
+    assert s["failed"] == s["checked"] == TIMED["rounds"] + OBSERVED
     assert gate(rec, "aliasing")["passed"]  # its stash is its own memory: only the content gives it away
 
 
@@ -150,12 +151,16 @@ def test_port_honest_only_under_the_profiler_is_caught_by_its_observer_effect_on
     assert gate(ok)["observed_rounds"]["slowdown_vs_reference"] < 2.5
 
 
-def test_port_reading_the_timing_loops_frames_for_the_profiled_rounds_is_caught(kb):
+def test_port_reading_the_timing_loops_frames_for_the_profiled_rounds_finds_nothing(kb):
+    # It looked for the timing loop in its own process's frames to learn which rounds are profiled, and
+    # ran the vendor op in the others. The loop runs in the parent now (execute/session.py): it never
+    # finds it, so it runs its own (slow) code in every round and gains nothing.
     rec = run(kb, "untrusted_frame_reader", **TIMED)
     assert rec["parity"]["port"]["passed"]
     g = gate(rec)
     assert g["sampled_timed_outputs"]["failed"] == 0
-    assert rec["verdict"] == "error" and "slower when profiled than when not" in g["reason"]
+    assert rec["timing"]["port_ms"]["min"] >= 90.0  # its 0.1 s of "own kernel" in every timed launch
+    assert "aten::mm" not in str(g.get("reason"))
 
 
 def test_which_rounds_are_profiled_is_drawn_only_when_each_round_starts():
@@ -205,7 +210,7 @@ def test_port_zeroing_an_operand_in_the_timed_session_fails_and_the_others_are_u
     assert "wrote to its input operand(s)" in rec["reason"] and "no other slot saw the change" in rec["reason"]
     base = gate(rec, "baseline")
     assert base["passed"] and base["input_checksums"]["mutated"] == 0
-    assert base["sampled_timed_outputs"]["failed"] == 0 and base["sampled_timed_outputs"]["checked"] == TIMED["rounds"]
+    assert base["sampled_timed_outputs"]["failed"] == 0 and base["sampled_timed_outputs"]["checked"] == TIMED["rounds"] + OBSERVED
 
 
 def test_port_using_an_operand_as_scratch_fails(kb):
@@ -305,7 +310,7 @@ def test_gpu_timed_rounds_are_profiled_in_place_and_their_outputs_checked(kb, gr
     assert g["passed"] and g["level"] == "device kernels"
     assert g["observed_rounds"]["launches"] == 3
     assert g["observed_rounds"]["what"].startswith("graph replays" if graph else "eager launches")
-    assert g["sampled_timed_outputs"]["checked"] == 16 and g["sampled_timed_outputs"]["failed"] == 0
+    assert g["sampled_timed_outputs"]["checked"] == 16 + OBSERVED and g["sampled_timed_outputs"]["failed"] == 0
     assert g["input_checksums"]["mutated"] == 0 and rec["timing"]["cuda_graph"] is graph
 
 

@@ -74,18 +74,30 @@ def _start_and_wait_for_hang(cmd: list[str], env: dict, tmp: Path, tag: str) -> 
     return proc
 
 
-def test_sigkill_of_the_parent_leaves_no_process_and_the_next_start_removes_its_temporaries(tmp_path):
+def test_sigkill_of_the_parent_leaves_no_process_no_temporary_and_the_next_run_says_what_was_lost(tmp_path, monkeypatch):
+    from skillrun.io import janitor
+
     tag = uuid.uuid4().hex
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = _start_and_wait_for_hang([sys.executable, "-c", HANG, str(tmp_path / "kb")], _env(tag, tmp), tmp, tag)
+    env = {**_env(tag, tmp), "XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = _start_and_wait_for_hang([sys.executable, "-c", HANG, str(tmp_path / "kb")], env, tmp, tag)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     _wait_for(lambda: not _tagged(tag), 15, "every helper process to die after the parent's SIGKILL")
-    left = list(tmp.glob("skillrun-child-*"))
-    assert left  # SIGKILL runs no cleanup: the folder is still there ...
-    assert lifeline.sweep_stale("child", base=str(tmp)) == [p.name for p in left]
-    assert not list(tmp.glob("skillrun-child-*"))  # ... until the next start removes it
+    # SIGKILL runs no cleanup in the harness, but its janitor sees the harness go and removes its folders ...
+    _wait_for(lambda: not list(tmp.glob(f"skillrun-*-{proc.pid}-*")), 15, "the killed run's folders to be removed")
+    # ... and leaves a note the next run reads out, once
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    _wait_for(lambda: janitor.lost_runs(consume=False), 15, "the janitor's note")
+    (said,) = janitor.lost_runs()
+    assert f"pid {proc.pid}" in said and "card defect_hang" in said and "results were lost" in said
+    assert janitor.lost_runs() == []
+    # a folder whose janitor was killed too is still removed by the next start (the older net)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp / f"skillrun-child-{dead.pid}-x").mkdir()
+    assert lifeline.sweep_stale("child", base=str(tmp)) == [f"skillrun-child-{dead.pid}-x"]
 
 
 def test_sigterm_of_the_cli_leaves_no_process_and_no_temporary(tmp_path):

@@ -57,9 +57,11 @@ def statuses(rec) -> dict:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """One sweep over every seeded defect with two local workers (one is killed by a candidate)."""
+    """One sweep over every seeded defect with two local workers (one is killed by a candidate). The
+    sandbox keeps a candidate from killing its worker (it cannot see it): this sweep runs without it, to
+    exercise the recovery from a worker that dies under a candidate (an OOM kill, a driver crash)."""
     index = _kb(tmp_path_factory.mktemp("tune"), [tunable_card("toy_tune", ALL)])
-    rec = run_tune(index, "toy_tune", timer=TIMER, workers=2, apply=True)
+    rec = run_tune(index, "toy_tune", timer=TIMER, workers=2, apply=True, sandbox="off")
     return index, rec
 
 
@@ -213,7 +215,8 @@ def test_ray_pool_with_a_worker_killed_mid_sweep(tmp_path):
     index = _kb(tmp_path, [tunable_card("toy_ray", [16, 128, 32, 64])])
     ray.init(num_cpus=2, resources={"tune_slot": 2}, include_dashboard=False, log_to_driver=False)
     try:
-        rec = run_tune(index, "toy_ray", timer=TIMER, ray_address="local", ray_resources={"tune_slot": 1}, ray_num_gpus=0)
+        rec = run_tune(index, "toy_ray", timer=TIMER, ray_address="local", ray_resources={"tune_slot": 1}, ray_num_gpus=0,
+                       sandbox="off")  # (a candidate kills its worker: see `swept`)
     finally:
         ray.shutdown()
     assert rec["workers"]["engine"] == "ray"

@@ -78,6 +78,28 @@ def _flydsl_compiles(timeout_s: float) -> list[dict[str, Any]]:
     return out
 
 
+def _sandbox() -> dict[str, Any]:
+    """What confines the port's process here (skillrun.io.sandbox), entered in a throw-away child and checked."""
+    from skillrun.io import sandbox
+
+    rep = sandbox.probe()
+    sup = rep["support"]
+    held = rep.get("held", {}).get("checks") or {}
+    detail = (f"{sandbox.describe(sup)}; seccomp {'available' if sup['seccomp'] else 'absent'} (not used)"
+              f"{'; bubblewrap at ' + sup['bwrap'] if sup['bwrap'] else ''}")
+    if held:
+        detail += "; checked in a child: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in held.items())
+    ok = sup["level"] == "full" and not rep["problems"]
+    if rep["problems"]:
+        detail += "; did not hold: " + ", ".join(rep["problems"])
+    return _item("sandbox", ok, detail,
+                 "confinement of the port's process: runs here are recorded as unsandboxed (the port can write the "
+                 "knowledge base, see other processes and outlive the run)",
+                 "Linux >= 5.13 with Landlock in the LSM list and unprivileged user namespaces "
+                 "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+                 "kernel.apparmor_restrict_unprivileged_userns=0)")
+
+
 def _references(dev: dict[str, Any], torch: Any) -> list[dict[str, Any]]:
     refs = []
     cuda_built = bool(torch is not None and getattr(torch.version, "cuda", None))
@@ -127,6 +149,7 @@ def diagnose(flydsl_timeout_s: float = 120.0) -> dict[str, Any]:
     items.append(_item("flydsl", fl_ok, fl_detail, "the FlyDSL ports (gfx942/gfx950) and `skill-run check`",
                        "pip install 'skillrun[flydsl]'"))
     items += _flydsl_compiles(flydsl_timeout_s)
+    items.append(_sandbox())
     items += _references(dev, torch)
     return {"device": dev, "versions": versions, "checks": items,
             "missing": [i["name"] for i in items if not i["ok"]], "platform": f"{platform.system()} {platform.machine()}",

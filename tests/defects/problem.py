@@ -9,6 +9,9 @@ import torch
 
 SHAPE_KEYS = ("M", "N", "K")
 WEIGHTS = ("b",)  # a is the activation: prepare() never sees its content
+# Host ops that compute this family's whole answer in one library call: an accused slot whose profiled
+# window shows one ran a vendor GEMM, whatever name it gives itself (worker._names_gate).
+VENDOR_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|einsum|tensordot|mv|addmv|dot|_scaled_mm|chain_matmul)$"
 
 
 def make_inputs(shape: dict, seed: int, device: str) -> dict:

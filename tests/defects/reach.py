@@ -159,11 +159,16 @@ def build_lazy_when_timed(shape: dict, config: dict, device: str) -> KernelLaunc
 
 
 def _in_timing_loop() -> dict | None:
-    """The timing engine's frame locals when called from inside its loop (not the checks around it)."""
+    """Inside a timed launch (the session's child serving the parent's ``launch`` request, not the checks
+    around it): the round's index ``i`` and the rounds in all ``total``, read from the server's frame."""
     f = sys._getframe()
-    while f is not None and f.f_code.co_name != "interleave":
+    while f is not None and not (f.f_code.co_name == "launch" and "msg" in f.f_locals and "self" in f.f_locals):
         f = f.f_back
-    return f.f_locals if f is not None else None
+    if f is None:
+        return None
+    tcfg = getattr(f.f_locals["self"], "tcfg", {}) or {}
+    return {"i": int(f.f_locals["msg"].get("index", 0)),
+            "total": int(tcfg.get("rounds", 0)) + int(tcfg.get("observe_rounds", 0))}
 
 
 def _stale_when_timed(name: str, after=None, honest_when=None) -> KernelLaunch:
@@ -233,18 +238,17 @@ def build_fixes_checked_outputs(shape: dict, config: dict, device: str) -> Kerne
     """Stale in the timed rounds; when the referee says a round is checked, rewrites the outputs with
     the right answer before they are handed over (stopped: the session committed to each output's
     bytes before the referee chose the round, and the bytes handed over no longer match)."""
-    from skillrun.execute import referee
+    from skillrun.execute import slot_server
 
     last: dict = {}
-    ask = referee.Client.ask
+    between = slot_server.Server.op_between
 
     def sneaky(self, msg):
-        ans = ask(self, msg)
-        if msg.get("op") == "round" and ans.get("check") and last:
+        if msg.get("token") is not None and last:  # the referee chose this round: hand over the right answer
             last["out"].copy_(_honest(last["a"], last["b"]))
-        return ans
+        return between(self, msg)
 
-    referee.Client.ask = sneaky
+    slot_server.Server.op_between = sneaky
     inner = _stale_when_timed("port_fixes_checked_outputs")
 
     def body(p, out):

@@ -288,7 +288,7 @@ class AgentTools:
         rows = []
         for p in files[:limit]:
             e = ev.find(p) if ev else None
-            if e is None or e.status == "invalid":
+            if e is None or e.status in ("invalid", "untrusted"):
                 rows.append({"path": self._rel(p), "unreadable": (e.error if e else "not indexed") or "unreadable"})
                 continue
             row = _artifact_row(e.record, self._rel(p))

@@ -16,6 +16,10 @@ the card file (prose, another recipe, the evidence written from this very run) c
 sha256 without touching what was measured; that is reported as ``card_edited`` (shown beside the
 stale flag) and does not make the artifact stale. One function, :func:`staleness`, holds the rule.
 
+Only what the runner wrote is evidence: a file that the ledger of its folder (:mod:`skillrun.evidence.ledger`)
+does not list, or whose bytes changed since, is *untrusted* (listed with the invalid files, never current),
+and a listed file that is gone is *lost*.
+
 Every reader of artifacts (report, plan, agent tools, lint) goes through :func:`summarize`, so a
 verdict, its text and its A/A noise are derived in exactly one place. Artifacts with the
 per-reference ``references`` block (written since cards name their production kernels) are read from it; older ones from
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from skillrun.evidence import ledger
 from skillrun.evidence.store import kb_relative
 from skillrun.io.atomic import is_temp_name
 from skillrun.errors import InputError, SkillRunError
@@ -401,7 +406,7 @@ class Entry:
     summary: Summary
     key: tuple  # (card, recipe, shape key, device class, mode)
     created: _dt.datetime
-    status: str = "current"  # current | superseded | unreliable | invalid
+    status: str = "current"  # current | superseded | unreliable | invalid | untrusted (not written by the runner, or changed since)
     superseded_by: Optional[str] = None
     superseded: list["Entry"] = field(default_factory=list)  # older entries of the same key (current only)
     stale: bool = False
@@ -554,6 +559,8 @@ class EvidenceIndex:
     # What each card of the knowledge base declares and which recipes it has (for card_status), when
     # the index was built with one.
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Ledger lines whose artifact is gone (skillrun.evidence.ledger): evidence someone deleted.
+    lost: list[dict[str, Any]] = field(default_factory=list)
 
     # --------------------------------------------------------------- queries
     def card_status(self, card_id: str) -> tuple[str, str]:
@@ -565,7 +572,7 @@ class EvidenceIndex:
     def groups(self) -> dict[tuple, list[Entry]]:
         out: dict[tuple, list[Entry]] = {}
         for e in self.entries:
-            if e.status != "invalid":
+            if e.status not in ("invalid", "untrusted"):
                 out.setdefault(e.key, []).append(e)
         for lst in out.values():
             lst.sort(key=lambda e: (e.created, e.path), reverse=True)
@@ -577,7 +584,11 @@ class EvidenceIndex:
         return sorted(cur, key=lambda e: (MODE_ORDER.get(e.key[4], 9), e.card, e.key[3], e.recipe, e.key[2]))
 
     def invalid_entries(self) -> list[Entry]:
-        return [e for e in self.entries if e.status == "invalid"]
+        """Files that are not usable evidence: unreadable, or untrusted (skillrun.evidence.ledger)."""
+        return [e for e in self.entries if e.status in ("invalid", "untrusted")]
+
+    def untrusted_entries(self) -> list[Entry]:
+        return [e for e in self.entries if e.status == "untrusted"]
 
     def find(self, path: str | Path) -> Optional[Entry]:
         rel = kb_relative(path, self.root)
@@ -612,6 +623,7 @@ class EvidenceIndex:
         return {"root": str(self.root), "counts": self.counts(),
                 "current": [dict(e.to_json(), superseded=[s.path for s in e.superseded]) for e in cur],
                 "invalid": [e.to_json() for e in self.invalid_entries()],
+                "lost": list(self.lost),
                 "e2e": [x.to_json() for x in sorted(self.e2e, key=lambda x: str(x.record.get("created")), reverse=True)]}
 
     def counts(self) -> dict[str, int]:
@@ -620,7 +632,8 @@ class EvidenceIndex:
                 "superseded": sum(e.status == "superseded" for e in self.entries),
                 "stale_current": sum(e.status == "current" and e.stale for e in self.entries),
                 "unreliable": sum(e.status == "unreliable" for e in self.entries),
-                "invalid": sum(e.status == "invalid" for e in self.entries)}
+                "invalid": sum(e.status in ("invalid", "untrusted") for e in self.entries),
+                "untrusted": sum(e.status == "untrusted" for e in self.entries), "lost": len(self.lost)}
 
     def unreliable_entries(self) -> list[Entry]:
         return [e for e in self.entries if e.status == "unreliable"]
@@ -683,8 +696,18 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
     else:
         from skillrun.evidence.cache import load_artifacts  # parsed artifacts, reused while their bytes are unchanged
 
-        for f, rec, exc in load_artifacts(_files(paths if paths is not None else [ev.root / "validation"]), load_artifact, ev.root):
-            loaded.append((f, rec, None if exc is None else exc.reason + (f" (field {exc.field})" if exc.field else "")))
+        # Only what the runner wrote is evidence (skillrun.evidence.ledger): a file its folder's ledger
+        # does not list, or whose bytes changed since, is untrusted, whatever it claims.
+        roots = list(paths) if paths is not None else [ev.root / "validation"]
+        led = ledger.load(ev.root, sorted({p.parent for r in roots if Path(r).is_dir()
+                                           for p in Path(r).rglob(ledger.LEDGER_NAME)}))
+        for f, rec, exc in load_artifacts(_files(roots), load_artifact, ev.root):
+            if exc is not None:
+                loaded.append((f, None, exc.reason + (f" (field {exc.field})" if exc.field else "")))
+                continue
+            why = led.check(f)
+            loaded.append((f, None, "untrusted: " + why) if why else (f, rec, None))
+        ev.lost = [{**x, "path": kb_relative(x["path"], ev.root)} for x in led.lost()]
     stale_cache: dict[tuple, tuple[list[str], bool]] = {}
     for f, rec, error in loaded:
         rel = kb_relative(f, ev.root)
@@ -693,7 +716,7 @@ def build_index(index: Any = None, paths: Iterable[Path] | None = None, root: Pa
             stub = {"verdict": "invalid", "reason": error or "unreadable", "card": {"id": card_id}}
             ev.entries.append(Entry(path=rel, abs_path=f, record=stub, summary=summarize(stub),
                                     key=(card_id, "—", (), "—", "—"), created=parse_created(None),
-                                    status="invalid", error=error))
+                                    status="untrusted" if str(error).startswith("untrusted: ") else "invalid", error=error))
             continue
         if rec.get("kind") == "e2e_validation":
             ev.e2e.append(E2ERecord(path=rel, record=rec))

@@ -8,6 +8,8 @@ tuning records and e2e records all go through here, so each promise is kept once
   a symlink (a planted link there could send evidence anywhere).
 - Paths inside a record are relative to the knowledge-base root (:func:`kb_relative`), never this
   machine's checkout.
+- Every file written here gets its line in the folder's ledger (:mod:`skillrun.evidence.ledger`):
+  the evidence index trusts only files the runner wrote and nobody changed since.
 - Reading one back is bounded: a regular file of at most :data:`MAX_RECORD_BYTES`, YAML whose
   aliases cannot expand past the node budget.
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from skillrun.evidence import ledger
 from skillrun.io.atomic import write_atomic
 from skillrun.errors import SkillRunError
 from skillrun.kb import bounded_yaml
@@ -162,9 +165,11 @@ def write_new(folder: Path, name: str, record: dict[str, Any]) -> Path:
             continue
         try:
             # replace=False: os.link fails if the name appeared meanwhile, so evidence is never clobbered.
-            return write_atomic(target, text, replace=False, no_symlink_folder=True)
+            written = write_atomic(target, text, replace=False, no_symlink_folder=True)
         except FileExistsError:
             continue
+        ledger.record(written, text.encode("utf-8"))  # what the runner wrote (skillrun.evidence.ledger)
+        return written
     raise SkillRunError(f"more than {MAX_SAME_NAME} records with the same name", path=str(folder / name))
 
 
@@ -184,7 +189,10 @@ def reserve(folder: Path, name: str) -> Path:
 
 def fill_reserved(path: Path, record: dict[str, Any]) -> Path:
     """Write ``record`` over the placeholder that :func:`reserve` claimed (our own file: replaced atomically)."""
-    return write_atomic(Path(path), dump(record), replace=True, no_symlink_folder=True)
+    text = dump(record)
+    written = write_atomic(Path(path), text, replace=True, no_symlink_folder=True)
+    ledger.record(written, text.encode("utf-8"))
+    return written
 
 
 def load_mapping(path: Path, what: str, error: type[SkillRunError] = SkillRunError) -> dict[str, Any]:

@@ -36,6 +36,10 @@ def schema_of(record: dict[str, Any]) -> str:
     return "e2e" if record.get("kind") == "e2e_validation" else "validation"
 
 
+# How far ahead of this machine's clock a record's ``created`` may be (clock skew between machines).
+FUTURE_SKEW = _dt.timedelta(hours=1)
+
+
 def validate_record(record: dict[str, Any], where: str = "<artifact>") -> None:
     name = schema_of(record)
     try:
@@ -45,7 +49,21 @@ def validate_record(record: dict[str, Any], where: str = "<artifact>") -> None:
     if errors:
         e = errors[0]
         field = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        if list(e.absolute_path) == ["verdict"] and e.validator == "not":
+            raise SkillRunError("validation artifact claims 'validated' on a CPU record (CPU numerics or compile-only "
+                                "runs are never GPU evidence)", path=where, field="verdict")
         raise SkillRunError(f"validation artifact does not match schemas/{name}.schema.json: {e.message}", path=where, field=field)
+    created = record.get("created")
+    if isinstance(created, str):
+        try:
+            t = _dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+        except ValueError:
+            raise SkillRunError(f"validation artifact's created time {created[:40]!r} is not an ISO-8601 time", path=where,
+                                field="created") from None
+        t = t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+        if t > _dt.datetime.now(_dt.timezone.utc) + FUTURE_SKEW:
+            raise SkillRunError(f"validation artifact is dated {created[:40]}, in the future: no run wrote it", path=where,
+                                field="created")
 
 
 def utc_now() -> str:

@@ -66,6 +66,10 @@ class ExecOptions:
     # every kernel is host code the overall timeout already bounds); 0 = off.
     launch_timeout_s: float | None = None
     command: str | None = None
+    # The untrusted processes' confinement (skillrun.io.sandbox): "auto" takes what the machine offers and
+    # the artifact says what that was ("unsandboxed" where nothing is); "require" refuses to run without
+    # namespaces and Landlock; "off" only scrubs the environment (tests of the other defences).
+    sandbox: str = "auto"
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> "ExecOptions":
@@ -77,6 +81,8 @@ class ExecOptions:
         opts = cls(**kw)
         if opts.cold_l2 not in ("rotate", "flush", "off"):
             raise UsageError(f"cold_l2 must be rotate, flush or off, not {opts.cold_l2!r}", field="cold_l2")
+        if opts.sandbox not in ("auto", "require", "off"):
+            raise UsageError(f"sandbox must be auto, require or off, not {opts.sandbox!r}", field="sandbox")
         if opts.isolation not in (None, "spawn", "fork"):
             raise UsageError(f"isolation must be spawn or fork, not {opts.isolation!r}", field="isolation")
         if opts.seeds < 1 or opts.rounds < 1:
@@ -94,6 +100,7 @@ class _Ctx:
     opts: ExecOptions
     profile_source: str | None
     tol: dict[str, float] = field(default_factory=dict)
+    problem_pin: dict[str, Any] | None = None  # the judge's problem source, read before any port ran (judge.pin_problem)
     notes: list[str] = field(default_factory=list)
 
     def launch_deadline(self) -> float:
@@ -101,9 +108,19 @@ class _Ctx:
         o = self.opts.launch_timeout_s
         return float(o) if o is not None else (GPU_DEADLINE_S if self.be.gpu else 0.0)
 
+    def sandbox_mode(self) -> str:
+        """What each child is told: with everything available, "auto" becomes "require", so a child that
+        cannot enter the sandbox fails its row instead of running the port unconfined."""
+        from skillrun.io import sandbox
+
+        if self.opts.sandbox == "auto" and sandbox.support()["level"] == "full":
+            return "require"
+        return self.opts.sandbox
+
     def run(self, task: dict[str, Any], recipe_backend: str | None) -> dict[str, Any]:
         iso = self.opts.isolation or ("spawn" if self.be.gpu else "fork")
-        return run_task(task, timeout_s=self.opts.timeout_s, env=self.be.env(recipe_backend), isolation=iso)
+        return run_task({**task, "sandbox": self.sandbox_mode()}, timeout_s=self.opts.timeout_s,
+                        env=self.be.env(recipe_backend), isolation=iso)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,6 +149,12 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         raise UsageError("isolation=fork is for the CPU backend: children forked from the zygote cannot initialize "
                          "CUDA", field="isolation", hint="leave isolation unset (spawn on GPUs) or pass spawn")
     ctx = _Ctx(card=card, item=item, be=be, opts=opts, profile_source=profile_source)
+    from skillrun.io import janitor
+
+    # A run killed before this one: what it was doing is said here (its folders are already gone).
+    ctx.notes.extend(janitor.lost_runs())
+    janitor.ensure()
+    janitor.running(f"card {card.id} recipe {item.recipe} shape {_shape_text(item.shape)}")
     rec = _base_record(ctx)
     try:
         _execute(ctx, rec)
@@ -139,6 +162,8 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
         raise
     except Exception as exc:  # a harness bug must not lose the row: record it as an error
         rec.update(verdict="error", reason=f"harness error: {type(exc).__name__}: {exc}")
+    finally:
+        janitor.done()
     if ctx.notes:
         rec["notes"] = ctx.notes
     out = dict(rec)
@@ -244,6 +269,10 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
         "seeds": seeds,
         "tolerance": tol,
     }
+    from skillrun.io import sandbox
+
+    if rec["mode"] != "compile_only":
+        rec["sandbox"] = sandbox.record(opts.sandbox)
     if rec["dtype"] is None:
         del rec["dtype"]
     identity, problem = source_identity(kernel)
@@ -327,7 +356,7 @@ def _candidate(ctx: _Ctx, role: str, name: str, ref: str | None, config: dict, s
     task = {"kind": "candidate", "role": role, "ref": ref, "config": config, "shape": shape,
             "problem": ctx.card.references["problem"], "device": ctx.be.torch_device,
             "seeds": list(range(ctx.opts.seed_base, ctx.opts.seed_base + ctx.opts.seeds)),
-            "tolerance": ctx.tol}
+            "tolerance": ctx.tol, "problem_pin": ctx.problem_pin}
     if ctx.launch_deadline():
         task["launch_deadline_s"] = ctx.launch_deadline()
     res = ctx.run(task, ctx.item.backend)
@@ -362,6 +391,15 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     ctx.tol = rec["tolerance"]
     refs = card.references
     shape = dict(rec["shape"])
+    from skillrun.execute.judge import pin_problem
+
+    # The judge's code, pinned before any port of this item is imported: the judge children and the
+    # session's referee run these bytes, and refuse to judge if the file changed meanwhile.
+    try:
+        ctx.problem_pin = pin_problem(refs["problem"])
+    except (ImportError, OSError, ValueError) as exc:
+        rec.update(verdict="error", reason=f"the card's problem module {refs['problem']} cannot be read: {exc}")
+        return
     if not be.gpu:  # the runner picks the proxy here, in the parent: no module a card names has a say (proxy.py)
         shape, how = proxy_shape(rec["shape"], opts.proxy_caps)
         rec["proxy_shape"] = shape
@@ -409,7 +447,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     timer = opts.timer if opts.timer is not None else be.default_timer()
     task = {
         "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
-        "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000,
+        "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000, "problem_pin": ctx.problem_pin,
         "slots": [{"slot": "port", "ref": rec["recipe"]["kernel"], "config": rec["recipe"]["config"]}]
                  + [{"slot": slot, "ref": r["ref"], "config": {}, "isolated_parity": bool(r["parity"]["passed"])}
                     for slot, r in in_session],
@@ -486,8 +524,11 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
                                   "reported per call" if t.get("repeat", 1) > 1 else ", CUDA-graph replay")
                                  if ses.get("cuda_graph") else ""),
         "rounds": t["rounds"], "warmup": t["warmup"], "cold_l2": ses.get("cold_l2"), "cuda_graph": bool(ses.get("cuda_graph")),
-        "interleaved": ("same process, one launch per slot per round; positions balanced (blocks of one round per slot, "
-                        "a random order rotated through every position)" if "raw" in t else
+        "interleaved": (("one launch per slot per round, each in its slot's own process (the port's apart from the "
+                         "references', driven and clocked by the parent)" if "parent_clock" in t else
+                         "same process, one launch per slot per round")
+                        + "; positions balanced (blocks of one round per slot, a random order rotated through every position)"
+                        if "raw" in t else
                         "same process, one launch per slot per round, slot order reversed every other round"),
         "input_sets": ses.get("input_sets"), "bytes_per_set": ses.get("bytes_per_set"),
         "port_ms": stats["port"],
@@ -507,6 +548,9 @@ def _timing_block(ses: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict],
         timing["aa_noise_pct"] = round(aa["aa_noise_pct"], 4)
         timing["aa"] = {"slot": aa_slot, **{k: round(v, 6) for k, v in aa.items()}}
         noise_pct = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
+    for k in ("parent_clock", "canary"):  # the parent's clock around every launch, the references' canary (session.py)
+        if k in t:
+            timing[k] = t[k]
     timing["warnings"] = timing_warnings(timing, stats, noise_pct)
     if not timing["warnings"]:
         del timing["warnings"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from skillrun.execute import integrity, operands
+from skillrun.execute import guard, integrity, operands
 from skillrun.execute.referee import LocalSource, apply_refresh
 
 
@@ -70,9 +70,11 @@ class InputSets:
 
     def add_set(self) -> int:
         j = len(self.master)
-        self.master.append(self._fresh(self.source.new_set(j)))
+        with guard.harness():
+            self.master.append(self._fresh(self.source.new_set(j)))
         for n in self.launches:
-            copy = _clone(self.master[j])
+            with guard.harness():
+                copy = _clone(self.master[j])
             self.copies[n].append(copy)
             self.prepared[n].append(operands.prepare_blind(self.launches[n], copy, self.acts[n], self.decoy, self.master[j]))
             self.before[n].append(integrity.digests(copy))
@@ -111,8 +113,9 @@ class InputSets:
         """New content for set j (master first, then every slot's copy, re-prepared), as the source plans it."""
         m = self.master[j]
         plan = self.source.refresh(j, m)
-        fresh = self._fresh(plan["seed"])
-        apply_refresh(m, fresh, plan)
+        with guard.harness():
+            fresh = self._fresh(plan["seed"])
+            apply_refresh(m, fresh, plan)
         del fresh
         self.refreshes += 1
         for n in self.launches:
@@ -121,15 +124,18 @@ class InputSets:
     def _write(self, slot: str, j: int) -> None:
         """Slot's copy of set j := the master (bytewise), re-prepared, checksummed."""
         copy, m = self.copies[slot][j], self.master[j]
-        for k, v in m.items():
-            if _is_tensor(v):
-                copy[k].copy_(v)
-            else:
-                copy[k] = v
+        with guard.harness():
+            for k, v in m.items():
+                if _is_tensor(v):
+                    copy[k].copy_(v)
+                else:
+                    copy[k] = v
         old = self.prepared[slot][j]
         if old is not copy:
             new = operands.prepare_blind(self.launches[slot], copy, self.acts[slot], self.decoy, m)
-            if not _copy_into(old, new):
+            with guard.harness():
+                fits = _copy_into(old, new)
+            if not fits:
                 if self.in_place:
                     raise ValueError(f"slot {slot}: prepare() returned operands of a different structure for new content; "
                                      "a captured CUDA graph cannot follow them")

@@ -8,14 +8,18 @@ verify as "correct and fast". Two checks catch that:
   another slot's. On a CPU there are no device kernels; host ops and ``record_function`` scopes are
   checked instead against ``describe["expect_host_ops"]`` (falling back to ``expect_kernels``):
   another slot's ops must not appear, and a slot that declares host ops must show them.
-* **aliasing**: the port's output must not share storage with a reference's output or with any
-  input/prepared operand (a "kernel" returning its input, or a cached baseline result).
+* **aliasing**: the port's output must not share storage with any input or prepared operand or
+  another slot's output in its process (a "kernel" returning its input, or a cached result); checked
+  on the first call and again on every timed output (slot_server.Server.commit). The references run
+  in another process, so their buffers are out of reach.
 * **timed rounds observed in place**: besides the launches profiled before timing, a few timed
   rounds at random positions are profiled (RoundObserver), so a port that behaves on its first calls
-  only is seen; a port that branches on the profiler being on is caught by the sampled output checks
-  (worker.session) if its other code is wrong, and cannot branch at all on a replayed CUDA graph.
+  only is seen; every profiled round is checked by the referee, and a port faster when watched than
+  on any plain launch fails (worker._finish_gate); on a replayed CUDA graph it cannot branch at all.
 * **input checksums** (``digests``): every byte of each operand's storage, before and after a
   candidate's calls. A write restored bit for bit before the call returns is not visible this way.
+* **output commitments** (``output_digest``): SHA-256 of an output's dtype, shape and bytes, in the
+  reply to its launch; the referee holds the bytes handed over to it (referee.py).
 
 ``evaluate_names`` is pure so it can be tested without a profiler.
 """
@@ -251,26 +255,71 @@ def _digest_parts(t: Any) -> Any:
     return torch.stack([torch.full((), n, dtype=torch.int64, device=dev), total, rowmix, colmix, restmix])
 
 
-def output_digest(out: Any) -> tuple[int, ...]:
-    """The checksum of an output's own bytes (row-major, as judge.write_output hands them over), the
-    same on any device: what the timed session commits to before the referee picks a round (referee.py).
-    ``out`` must be a plain tensor (judge.plain): a subclass would run code when it is read."""
+# Output commitments: SHA-256 over the output's dtype, shape and bytes. Large outputs are hashed in
+# chunks on several threads (hashlib releases the GIL) and the chunk digests hashed again: a two-level
+# hash tree, as collision-resistant as SHA-256 itself. (The input checksums above stay linear: they only
+# need to notice a write, not to bind a party that crafts bytes.)
+_CHUNK = 4 << 20
+_THREADS = 8
+OUTPUT_DIGEST = "sha256 of dtype, shape and the output's bytes (row-major; 4 MiB chunks hashed, then their digests)"
+
+
+def bytes_digest(data: Any, dtype: str, shape: list[int]) -> str:
+    """The commitment to an output given as its raw bytes (a buffer), its dtype name and shape."""
+    import hashlib
+    import threading
+
+    view = memoryview(data).cast("B")
+    chunks = [view[i:i + _CHUNK] for i in range(0, len(view), _CHUNK)] or [view]
+    leaves: list[bytes] = [b""] * len(chunks)
+
+    def work(k: int) -> None:
+        for i in range(k, len(chunks), _THREADS):
+            leaves[i] = hashlib.sha256(chunks[i]).digest()
+
+    if len(chunks) > 2:
+        threads = [threading.Thread(target=work, args=(k,), name="skillrun-digest") for k in range(min(_THREADS, len(chunks)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        work_all = [hashlib.sha256(c).digest() for c in chunks]
+        leaves[:] = work_all
+    head = f"skillrun-output-v1 {dtype} {','.join(str(int(x)) for x in shape)} {len(view)}\n".encode()
+    return hashlib.sha256(head + b"".join(leaves)).hexdigest()
+
+
+def output_digest(out: Any) -> str:
+    """The commitment to one output (a plain tensor, judge.plain): its dtype, shape and row-major bytes,
+    the same on any device. Computed with torch functions and Python dispatch turned off (guard.harness),
+    so no mode the port pushed runs while the harness reads the output."""
     import torch
 
-    with torch._C.DisableTorchFunctionSubclass():
+    from skillrun.execute import guard
+
+    with guard.harness():
         flat = out.detach().contiguous().reshape(-1)
-        if flat.storage_offset() or flat.untyped_storage().nbytes() != flat.numel() * flat.element_size():
-            flat = flat.clone()
-        return tuple(int(v) for v in _digest_parts(flat).tolist())
+        data = flat.view(torch.uint8).cpu().numpy() if flat.numel() else b""
+    return bytes_digest(data, str(out.dtype).removeprefix("torch."), list(out.shape))
 
 
 def digests(inputs: Any) -> dict[str, tuple[int, ...]]:
     """name -> checksum of every tensor in ``inputs`` (a dict of the problem's inputs), one device sync."""
     import torch
 
+    from skillrun.execute import guard
+
     named = _named_tensors(inputs)
     if not named:
         return {}
+    with guard.harness():  # no mode the port pushed runs while the harness reads its inputs
+        return _digests(named)
+
+
+def _digests(named: list) -> dict[str, tuple[int, ...]]:
+    import torch
+
     parts = [_digest_parts(t) for _, t in named]
     by_dev: dict[Any, list[int]] = {}
     for i, (_, t) in enumerate(named):

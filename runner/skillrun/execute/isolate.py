@@ -30,7 +30,7 @@ from typing import Any, IO
 
 from skillrun.io import lifeline
 
-from skillrun.execute.childproc import TAIL_CHARS, _tail, child_env, describe_exit  # noqa: F401  (re-exported)
+from skillrun.execute.childproc import TAIL_CHARS, _tail, child_env, describe_exit, read_child_file  # noqa: F401  (re-exported)
 
 
 class Zygote:
@@ -95,10 +95,20 @@ class Zygote:
 
 _ZYGOTE = Zygote()
 atexit.register(_ZYGOTE.stop)
+# A timed session runs two children at once (the accused's and the references', session.py): the second
+# forks from a zygote of its own ("lane" 1), so neither waits for the other.
+_LANES: dict[int, Zygote] = {0: _ZYGOTE}
+
+
+def _zygote(lane: int) -> Zygote:
+    if lane not in _LANES:
+        _LANES[lane] = Zygote()
+        atexit.register(_LANES[lane].stop)
+    return _LANES[lane]
 
 
 def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | None] | None = None,
-             isolation: str = "spawn") -> dict[str, Any]:
+             isolation: str = "spawn", lane: int = 0) -> dict[str, Any]:
     """Run ``task`` in a child; always returns a dict with ``status`` (ok/unsupported/error) and ``wall_s``.
 
     A session task that carries ``watchdog`` (``{"deadline_s": s}``) first has its slots probed
@@ -119,8 +129,9 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         res = run_task(kept, timeout_s=timeout_s, env=env, isolation=isolation)
         res["watchdog"] = record
         return res
-    if task.get("kind") == "session" and "referee" not in task:
-        # The timed session runs in the port's process; what decides about it is the referee's, here.
+    if task.get("kind") == "session":
+        # The timed session: this process holds the clock and the referee; the port's process and the
+        # references' process only do what they are told (session.py).
         return _refereed(task, timeout_s=timeout_s, env=env, isolation=isolation)
     # Named for this process: a run killed by SIGKILL leaves its folder, and the next run removes it.
     with lifeline.temp_dir("child") as tmp:
@@ -143,7 +154,7 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
             req = {"task": str(d / "task.json"), "result": str(d / "result.json"), "stdout": str(d / "stdout"),
                    "stderr": str(d / "stderr"), "env": {}, "timeout_s": timeout_s}
             try:
-                code, timed_out = _ZYGOTE.run(req, base, env or {})
+                code, timed_out = _zygote(lane).run(req, base, env or {})
             except (RuntimeError, OSError, ValueError):
                 code = None  # fall back to a fresh interpreter below
         stuck = None
@@ -155,13 +166,13 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         result_path = d / "result.json"
         if not timed_out and result_path.exists():
             try:
-                res = json.loads(result_path.read_text())
+                res = json.loads(read_child_file(result_path))
                 res.setdefault("status", "error")
                 res["wall_s"] = round(wall, 3)
                 if code != 0:
                     res.setdefault("notes", []).append(f"child exit status {code} after writing its result")
                 return res
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
                 return {"status": "error", "error": f"unreadable child result: {exc}", "wall_s": round(wall, 3)}
         msg = stuck or (f"timed out after {timeout_s:g} s (hang?); child killed" if timed_out else describe_exit(code))
         tail = _tail(d / "stderr") or _tail(d / "stdout")
@@ -175,8 +186,16 @@ _NOT_TAKEN = ("parity", "input_error", "flops", "min_bytes")
 
 def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
     """A candidate task as two children, accused and judge (judge.py); the result has the usual form."""
+    from skillrun.execute import judge
+
+    if "problem_pin" not in task:  # pinned before the accused runs (the harness pins once per item, earlier)
+        try:
+            task = {**task, "problem_pin": judge.pin_problem(task["problem"])}
+        except (ImportError, OSError, ValueError) as exc:
+            return {"status": "error", "error": f"the problem module cannot be pinned: {exc}", "wall_s": 0.0}
     with lifeline.temp_dir("handover") as tmp:
-        res = run_task({**task, "handover": tmp}, timeout_s=timeout_s, env=env, isolation=isolation)
+        res = run_task({**{k: v for k, v in task.items() if k != "problem_pin"}, "handover": tmp}, timeout_s=timeout_s,
+                       env=env, isolation=isolation)
         said = res.get("parity") if isinstance(res.get("parity"), dict) else {}
         for k in _NOT_TAKEN:
             res.pop(k, None)
@@ -185,7 +204,8 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
         if res.get("status") != "ok":
             return res
         verdict = run_task({"kind": "judge", "problem": task["problem"], "shape": task["shape"], "device": task["device"],
-                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp},
+                            "seeds": task["seeds"], "tolerance": task.get("tolerance"), "handover": tmp,
+                            "problem_pin": task["problem_pin"]},
                            timeout_s=timeout_s, env=env, isolation=isolation)
     res["wall_s"] = round(float(res.get("wall_s") or 0.0) + float(verdict.get("wall_s") or 0.0), 3)
     if verdict.get("status") != "ok":
@@ -203,21 +223,11 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
 
 
 def _refereed(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, isolation: str) -> dict[str, Any]:
-    """A session task with its referee (referee.py) serving it from this process."""
-    from skillrun.execute import referee
+    """A session task, driven from this process (session.py): the referee here, the accused and the
+    references in two children."""
+    from skillrun.execute import session
 
-    with lifeline.temp_dir("referee") as tmp:
-        try:
-            ref = referee.Referee(task, tmp)
-        except Exception as exc:  # noqa: BLE001 - the problem module or the device, named in the row's error
-            return {"status": "error", "error": f"the session's referee could not start: {type(exc).__name__}: {exc}"[:2000],
-                    "wall_s": 0.0}
-        try:
-            res = run_task({**task, "referee": ref.path, "handover": str(ref.handover)}, timeout_s=timeout_s, env=env,
-                           isolation=isolation)
-        finally:
-            ref.stop()
-        return referee.fold(res, task, ref.summary())
+    return session.run_session(task, timeout_s=timeout_s, env=env, isolation=isolation, run_task=run_task)
 
 
 def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,

@@ -11,7 +11,10 @@ tuner's gates) runs as two children of the parent:
   judge    (judge_task)        a process that never imported the port (a fresh interpreter, or a
            fork of the zygote, which imports no kernel module): regenerates each seed's inputs from
            the problem module, computes the fp32 oracle, its own input checksums and the
-           comparison from the bytes, as a tensor it rebuilt itself.
+           comparison from the bytes, as a tensor it rebuilt itself. The problem module is run from
+           the bytes the parent read before any port of the run was imported (:func:`pin_problem`),
+           and the judge refuses to judge if the file no longer holds them (a port that appended
+           code to it, even one that restores it byte for byte later, changes nothing the judge runs).
 
 The parent (``isolate.run_task``) starts both and takes nothing about correctness from the accused: its
 result's parity, flops and byte counts are dropped and replaced by the judge's. A seed with no
@@ -77,7 +80,9 @@ def write_refusal(folder: str | Path, seed: int, reason: str, meta: dict) -> Non
 
 
 def _read_regular(path: Path, max_bytes: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    # O_NONBLOCK: a FIFO left where an output should be would block a plain open until someone writes
+    # it (the referee's thread, for good); opened this way it returns at once and is refused below.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -128,17 +133,81 @@ def read_output(folder: str | Path, seed: int, max_bytes: int) -> tuple[Any, dic
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape), meta
 
 
+# ------------------------------------------------------------------------------------------------
+# the judge's code is pinned: the problem module as the parent read it before any port ran
+
+PROBLEM_MAX_BYTES = 1 << 20
+
+
+class ProblemChanged(RuntimeError):
+    """The problem module's file is not what the parent pinned: the judge refuses to judge."""
+
+
+def pin_problem(name: str) -> dict:
+    """The problem module's source as the parent reads it now, before a port of this run is imported:
+    ``{"module", "path", "sha256", "source"}``. Its package is imported to find it; the module is not."""
+    import hashlib
+    import importlib
+    import importlib.machinery
+
+    # Found on the file system (not through sys.modules, which holds the pinned module of an earlier run).
+    parent, _, leaf = name.rpartition(".")
+    path = importlib.import_module(parent).__path__ if parent else None
+    spec = importlib.machinery.PathFinder.find_spec(leaf, path)
+    if spec is None or not spec.origin or not str(spec.origin).endswith(".py"):
+        raise ImportError(f"problem module {name} has no Python source to pin")
+    data = _read_regular(Path(spec.origin), PROBLEM_MAX_BYTES)
+    return {"module": name, "path": str(spec.origin), "sha256": hashlib.sha256(data).hexdigest(),
+            "source": data.decode("utf-8")}
+
+
+def check_pin(pin: dict) -> None:
+    """ProblemChanged unless the problem module's file still holds the pinned bytes."""
+    import hashlib
+
+    try:
+        now = hashlib.sha256(_read_regular(Path(pin["path"]), PROBLEM_MAX_BYTES)).hexdigest()
+    except (OSError, ValueError) as exc:
+        now = f"unreadable ({exc})"
+    if now != pin["sha256"]:
+        raise ProblemChanged(f"the problem module {pin['path']} changed while the candidates ran (sha256 "
+                             f"{pin['sha256'][:12]}… pinned before any port was imported, {now[:12]}… now): "
+                             "refusing to judge with it")
+
+
+def load_problem(name: str, pin: dict | None = None) -> Any:
+    """The problem module, executed from the pinned bytes (never from the file as it is now, nor from a
+    module some earlier import left in ``sys.modules``); ProblemChanged if the file no longer matches the
+    pin. Without a pin (a caller that had none) the file is pinned now."""
+    import importlib.util
+    import sys
+    import types
+
+    pin = pin or pin_problem(name)
+    if pin.get("module") != name:
+        raise ProblemChanged(f"the pin is of {pin.get('module')!r}, not of the problem {name!r}")
+    check_pin(pin)
+    mod = types.ModuleType(name)
+    mod.__file__ = pin["path"]
+    mod.__package__ = name.rpartition(".")[0]
+    mod.__spec__ = importlib.util.spec_from_file_location(name, pin["path"])
+    sys.modules[name] = mod  # anything that imports the problem by name from here on gets this one
+    exec(compile(pin["source"], pin["path"], "exec"), mod.__dict__)  # noqa: S102 - the project's own, pinned source
+    return mod
+
+
 def judge_task(task: dict) -> dict:
     """The judge child: oracle, checksums and comparison for every seed the accused was given."""
-    import importlib
-
     import torch
 
     torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = task["device"]
-    problem = importlib.import_module(task["problem"])
+    try:
+        problem = load_problem(task["problem"], task.get("problem_pin"))
+    except ProblemChanged as exc:
+        return {"status": "error", "error": str(exc)}
     shape = dict(task["shape"])
     tol = parity.tolerance_of(task.get("tolerance"))
     res: dict[str, Any] = {"status": "ok", "flops": float(problem.flops(shape)), "min_bytes": float(problem.min_bytes(shape))}

@@ -57,10 +57,15 @@ def prepare_blind(launch: Any, inputs: dict, acts: list[str], decoy: dict, real:
         if tuple(d.shape) != tuple(r.shape) or d.dtype != r.dtype:
             raise ValueError(f"decoy for activation {k!r} is {tuple(d.shape)} {d.dtype}, the input {tuple(r.shape)} {r.dtype}: "
                              "the problem's make_inputs must give the same shapes for every seed")
+    from skillrun.execute import guard
+
     try:
-        for k in acts:
-            inputs[k].copy_(decoy[k])
+        with guard.harness():
+            for k in acts:
+                inputs[k].copy_(decoy[k])
         return launch.prepare(inputs)
     finally:
-        for k in acts:
-            inputs[k].copy_(real[k])
+        # No mode the port pushed may run here: it would see the real activations arrive, untimed.
+        with guard.harness():
+            for k in acts:
+                inputs[k].copy_(real[k])

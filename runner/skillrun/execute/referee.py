@@ -1,43 +1,34 @@
 """The timed session's referee: the session's checks decided where no port can reach.
 
-The timed session (worker.session) must run in the port's process: its launches are what is timed.
-Everything that *decides* about it runs in the parent, which never imports a kernel module:
+The timed session runs in two child processes, the accused's (the port and its peers) and the
+references' (session.py); the parent, which never imports a kernel module, drives every round and
+holds this referee. Everything that *decides* about the session is here:
 
 * **input content.** Every input set's content comes from a seed and a refresh plan (which rows
   change, and how) that the referee draws (``os.urandom``) and keeps. It holds its own copy of
   every set's content, built from the same seeds, so it knows what each set held in every round
   without asking the accused.
-* **which timed rounds are checked**, drawn after the round, once the session has *committed* to
-  every slot's output (a digest of its bytes, integrity.output_digest). Only then does the referee
-  say whether this round is checked; if it is, the session hands the outputs over as bytes
-  (judge.write_output) and the referee rebuilds each as a plain tensor, verifies it against the
-  commitment, and compares it with the fp32 oracle of the content it holds. A port cannot wait to
-  learn the choice and then compute the right answer: its answer was committed first.
+* **which rounds are checked**, drawn after the round, once every slot has *committed* to its
+  output (a SHA-256 digest of its dtype, shape and bytes, integrity.output_digest, returned with the
+  launch itself). Only then does the referee say whether this round is checked; if it is, the
+  session's processes hand the outputs over as bytes (judge.write_output) and the referee rebuilds
+  each as a plain tensor, verifies it against the commitment and the problem's output contract
+  (dtype and shape of ``output_like``), and compares it with the fp32 oracle of the content it
+  holds. A port cannot wait to learn the choice and then compute the right answer: its answer was
+  committed first, and a collision-resistant digest cannot be met by other bytes. Every profiled
+  round is checked: a port that knows it is watched is judged on what it did then.
 * **the counters and the result**: sampled checks, failures, the post-timing check and whether the
   problem's inputs are degenerate live here, and the parent takes them from here only
-  (:func:`fold`); what the session's own result says about them is dropped.
-
-What stays in the port's process cannot be guarded this way, and the README's threat model says
-so: the times (CUDA events, the profiler's kernel names) are read there, and a port that runs the
-real computation outside the timed interval (between rounds, before it commits) is caught only by
-the observer check and the wall clock, not by the referee.
-
-Protocol: one JSON object per line over a Unix socket the parent listens on, answered in turn; the
-session connects before it builds any kernel, and the referee serves that one connection only.
+  (:func:`fold`); what the session's processes say about them is dropped.
 """
 from __future__ import annotations
 
-import importlib
-import json
 import random
-import socket
-import threading
 from pathlib import Path
 from typing import Any
 
 from skillrun.execute import integrity, judge, parity
 
-_LINE_MAX = 1 << 20
 _MODES = ("full", "block", "block", "keep")
 
 
@@ -109,70 +100,24 @@ class LocalSource:
         return draw_refresh(groups_of(master), self.rng)
 
 
-# ------------------------------------------------------------------------------------------------
-# the session's side
-
-
-class RefereeError(RuntimeError):
-    """The referee refused the session's request or could not be reached."""
-
-
-class Client:
-    """The session's connection to the referee (worker.session); also its source of input content."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.reader = self.sock.makefile("rb")
-
-    def ask(self, msg: dict) -> dict:
-        self.sock.sendall(json.dumps(msg).encode() + b"\n")
-        line = self.reader.readline(_LINE_MAX)
-        if not line:
-            raise RefereeError("the referee closed the connection")
-        ans = json.loads(line)
-        if ans.get("error"):
-            raise (parity.DegenerateInput if ans.get("input_error") else RefereeError)(str(ans["error"]))
-        return ans
-
-    def new_set(self, j: int) -> int:
-        return int(self.ask({"op": "set", "j": j})["seed"])
-
-    def decoy(self) -> int:
-        return int(self.ask({"op": "decoy"})["seed"])
-
-    def refresh(self, j: int, master: dict) -> dict:
-        return self.ask({"op": "refresh", "j": j})["plan"]
-
-    def close(self) -> None:
-        try:
-            self.ask({"op": "done"})
-        except (OSError, RefereeError, ValueError):
-            pass
-        self.sock.close()
-
-
-# ------------------------------------------------------------------------------------------------
-# the parent's side
-
-
 class Referee:
-    """Serves one session (see the module doc); ``summary()`` once the session's child has ended."""
+    """Decides about one session (see the module doc); ``summary()`` once its processes have ended."""
 
     def __init__(self, task: dict, folder: str | Path) -> None:
         import torch  # noqa: F401  (the referee computes oracles: the parent imports torch only now)
 
         self.task, self.folder = task, Path(folder)
         self.handover = self.folder / "handover"
-        self.handover.mkdir()
-        self.path = str(self.folder / "referee.sock")
-        if len(self.path.encode()) > 100:  # a Unix socket's path is limited to ~108 bytes
-            raise ValueError(f"the temporary folder's path is too long for a Unix socket ({self.path}); set TMPDIR shorter")
-        self.problem = importlib.import_module(task["problem"])
+        self.handover.mkdir(parents=True)
+        # The problem module as the parent pinned it before any port ran (judge.load_problem), never as
+        # the file (or an earlier import) is now: a port that appended code to it changes nothing here.
+        self.pin = task.get("problem_pin") or judge.pin_problem(task["problem"])
+        self.problem = judge.load_problem(task["problem"], self.pin)
         self.shape, self.device = dict(task["shape"]), task["device"]
         self.tol = parity.tolerance_of(task.get("tolerance"))
         self.slots = [s["slot"] for s in task["slots"]]
         self.accused = {task["port_slot"], *(task.get("peers") or [])}
+        self.contract = output_contract(self.problem, self.shape, self.device)
         tcfg = task.get("timing") or {}
         self.rounds = max(1, int(tcfg.get("rounds", 100)))
         self.k_target = max(1, min(int(tcfg.get("check_timed", 16)), self.rounds))
@@ -183,60 +128,30 @@ class Referee:
         self.master: list[dict] = []
         self.oracles: dict[int, Any] = {}
         # failed: every failed check; handover_failed: those not even judged (no plain tensor, no bytes,
-        # bytes other than committed), which say more than numerics do
+        # bytes other than committed, another dtype or shape), which say more than numerics do
         self.sampled = {n: {"checked": 0, "failed": 0, "handover_failed": 0, "failures": []} for n in self.slots}
         self.post: dict[str, dict] = {}
-        self.timed = self.checked = self.refreshes = 0
+        self.timed = self.checked = self.observed = self.refreshes = 0
         self.problems: list[str] = []
         self.input_error: str | None = None
         self.pending: dict | None = None  # the round whose outputs were asked for
         self.done = False
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(self.path)
-        self.server.listen(1)
-        self.thread = threading.Thread(target=self._serve, name="skillrun-referee", daemon=True)
-        self.thread.start()
 
-    # -- serving ----------------------------------------------------------------------------
-
-    def _serve(self) -> None:
+    def answer(self, msg: Any) -> dict:
+        """One request of the session's protocol, as the parent relays it: the answer, or ``{"error",
+        "input_error"?}`` when refused; a malformed request is a problem held against the accused."""
         try:
-            conn, _ = self.server.accept()
-        except OSError:
-            return
-        self.server.close()  # one session, one connection: nobody else gets in
-        with conn, conn.makefile("rb") as reader:
-            while True:
-                try:
-                    line = reader.readline(_LINE_MAX + 1)
-                except OSError:
-                    return
-                if not line:
-                    return
-                try:
-                    if len(line) > _LINE_MAX:
-                        raise ValueError("a request longer than the referee reads")
-                    msg = json.loads(line)
-                    if not isinstance(msg, dict):
-                        raise ValueError("a request that is not a JSON object")
-                    ans = self._answer(msg)
-                except _Refused as exc:
-                    ans = {"error": str(exc), **({"input_error": True} if exc.input_error else {})}
-                except Exception as exc:  # noqa: BLE001 - a malformed request fails the session, not the parent
-                    self.problems.append(f"the session broke the referee's protocol: {type(exc).__name__}: {str(exc)[:300]}")
-                    ans = {"error": "protocol error"}
-                try:
-                    conn.sendall(json.dumps(ans).encode() + b"\n")
-                except OSError:
-                    return
+            if not isinstance(msg, dict):
+                raise ValueError("a request that is not a JSON object")
+            return self._answer(msg)
+        except _Refused as exc:
+            return {"error": str(exc), **({"input_error": True} if exc.input_error else {})}
+        except Exception as exc:  # noqa: BLE001 - a malformed request fails the session, not the parent
+            self.problems.append(f"the session broke the referee's protocol: {type(exc).__name__}: {str(exc)[:300]}")
+            return {"error": "protocol error"}
 
     def stop(self) -> None:
-        """After the session's child has ended: no more requests; the referee's device memory is freed."""
-        try:
-            self.server.close()
-        except OSError:
-            pass
-        self.thread.join(timeout=60)
+        """After the session's processes have ended: the referee's device memory is freed."""
         self.master.clear()
         self.oracles.clear()
         if str(self.device).startswith("cuda"):
@@ -305,14 +220,21 @@ class Referee:
     # -- rounds and checks ------------------------------------------------------------------
 
     def _round(self, msg: dict) -> dict:
-        """A timed round has ended and every slot committed to its output: is it checked?"""
+        """A timed round has ended and every slot committed to its output: is it checked? A profiled
+        round always is (the port may know it is watched: it is judged on what it did then)."""
         if self.pending is not None:
             raise ValueError("a round reported before the checked round's outputs were handed over")
-        if msg.get("kind") != "timed":
+        if msg.get("kind") not in ("timed", "observed"):
             return {"check": False}
         commits = msg.get("commits")
         if not isinstance(commits, dict):
             raise ValueError("a timed round without its outputs' commitments")
+        if msg.get("kind") == "observed":
+            self.observed += 1
+            token = self.rng.randrange(1, 2**62)
+            self.pending = {"token": token, "set": int(msg["read"]), "round": int(msg.get("index", -1)),
+                            "commits": commits, "what": f"profiled round {int(msg.get('index', -1))}"}
+            return {"check": True, "token": token}
         self.timed += 1
         left = max(1, self.rounds - (self.timed - 1))
         need = self.k_target - self.checked
@@ -353,7 +275,8 @@ class Referee:
 
     def _judge_one(self, slot: str, j: int, token: int, commit: Any) -> dict:
         ref = self._oracle(j)
-        folder = self.handover / f"s{self.slots.index(slot)}"
+        # each side of the session hands over into its own folder: the accused cannot write a reference's
+        folder = self.handover / ("accused" if slot in self.accused else "references") / f"s{self.slots.index(slot)}"
         try:
             out, _meta = judge.read_output(folder, token, max_bytes=max(1, ref.numel()) * 16)
         except ValueError as exc:
@@ -361,18 +284,50 @@ class Referee:
         finally:
             for f in judge.output_files(folder, token):
                 f.unlink(missing_ok=True)
-        if commit is None or not isinstance(commit, list) or tuple(commit) != integrity.output_digest(out):
+        if not isinstance(commit, str) or commit != integrity.output_digest(out):
             return {"passed": False, "handover": True,
                     "error": "the output handed over is not the one the session committed to when the round ended "
-                             "(it changed after the round was chosen for a check)"}
+                             "(it changed after the round was chosen for a check)"
+                             + (f"; the session could not commit to it: {commit[len('refused: '):][:300]}"
+                                if isinstance(commit, str) and commit.startswith("refused: ") else "")}
+        broken = contract_breach(out, self.contract)
+        if broken:
+            return {"passed": False, "handover": True, "error": f"the output breaks the problem's contract: {broken}"}
         return parity.compare(out.to(ref.device), ref, self.tol)
 
     # -- the result -------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
+        try:
+            judge.check_pin(self.pin)
+        except judge.ProblemChanged as exc:
+            if str(exc) not in self.problems:
+                self.problems.append(str(exc))
         return {"sampled": self.sampled, "timed_rounds": self.timed, "checked_rounds": self.checked,
-                "refreshes": self.refreshes, "post": self.post, "problems": list(self.problems),
+                "observed_checked": self.observed, "refreshes": self.refreshes, "post": self.post, "problems": list(self.problems),
                 "input_error": self.input_error, "done": self.done}
+
+
+def output_contract(problem: Any, shape: dict, device: str) -> dict:
+    """What every output of this problem must be, from its ``output_like``: dtype, shape and strides."""
+    try:
+        t = problem.output_like(dict(shape), "meta")
+    except Exception:  # noqa: BLE001 - a problem that cannot build on the meta device: the real one
+        t = problem.output_like(dict(shape), device)
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": [int(x) for x in t.shape],
+            "strides": [int(x) for x in t.stride()]}
+
+
+def contract_breach(out: Any, contract: dict, strides: bool = False) -> str | None:
+    """Why ``out`` is not what the problem's ``output_like`` says an output is (None when it is)."""
+    dtype = str(out.dtype).removeprefix("torch.")
+    if dtype != contract["dtype"]:
+        return f"dtype {dtype}, the problem's output is {contract['dtype']}"
+    if [int(x) for x in out.shape] != contract["shape"]:
+        return f"shape {list(out.shape)}, the problem's output is {contract['shape']}"
+    if strides and [int(x) for x in out.stride()] != contract["strides"]:
+        return f"strides {list(out.stride())}, the problem's output has {contract['strides']}"
+    return None
 
 
 class _real_fp32:

@@ -36,13 +36,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from skillrun.execute.childproc import _tail, child_env, describe_exit
+from skillrun.io import lifeline
+from skillrun.execute.childproc import _tail, child_env, describe_exit, read_child_file
 
 PROBE_LAUNCHES = 2
 # The default deadline on a GPU (runner and tuner): a slot's compile plus two launches of a large
@@ -95,7 +95,7 @@ def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str,
 def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, int], device: str, deadline_s: float,
                  env: dict[str, str | None] | None, launches: int) -> list[Probe]:
     """One child for as many slots as it gets through; always returns at least one Probe (progress)."""
-    with tempfile.TemporaryDirectory(prefix="skillrun-watchdog-") as tmp:
+    with lifeline.temp_dir("watchdog") as tmp:  # named for this process: its janitor removes it if the run is killed
         d = Path(tmp)
         progress = d / "progress.jsonl"
         progress.touch()
@@ -122,9 +122,10 @@ def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, 
             while True:
                 code = proc.poll()
                 # Read whatever progress lines are complete (the child writes one line per event).
-                with open(progress, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
+                try:
+                    chunk = read_child_file(progress, 1 << 20, offset)
+                except OSError:
+                    chunk = b""
                 cut = chunk.rfind(b"\n") + 1
                 offset += cut
                 for line in chunk[:cut].decode("utf-8", "replace").splitlines():
@@ -184,7 +185,7 @@ def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, 
 
 def _child_error(d: Path) -> str:
     try:
-        return str(json.loads((d / "result.json").read_text()).get("error") or "")[:400]
+        return str(json.loads(read_child_file(d / "result.json")).get("error") or "")[:400]
     except (OSError, ValueError):
         return _tail(d / "stderr")[-400:]
 
@@ -212,9 +213,7 @@ class LaunchClock:
 
     def stuck(self) -> str | None:
         try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read(1 << 16)
+            chunk = read_child_file(self.path, 1 << 16, self.offset)
         except OSError:
             chunk = b""
         cut = chunk.rfind(b"\n") + 1

@@ -23,9 +23,6 @@ import time
 
 def _child(req: dict, zygote: int) -> None:
     os.setsid()
-    from skillrun.io import lifeline
-
-    lifeline.die_with_parent(zygote, deathsig=True)  # forked from the zygote's main thread
     # The zygote's request pipe is not the task's to read (a port could take the next task's request).
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -43,7 +40,9 @@ def _child(req: dict, zygote: int) -> None:
     try:
         from skillrun.execute import worker
 
-        code = worker.main(["worker", req["task"], req["result"]])
+        # worker.main enters the sandbox first (one thread only: before any watch thread starts), then
+        # ties this task to the zygote (forked from its main thread: the parent-death signal holds).
+        code = worker.main(["worker", req["task"], req["result"]], parent=zygote, deathsig=True)
     except BaseException:  # noqa: BLE001 - anything left is this task's failure, reported by exit code
         import traceback
 

@@ -142,6 +142,10 @@ def sweep_stale(kind: str, base: str | None = None) -> list[str]:
 
 def temp_dir(kind: str) -> tempfile.TemporaryDirectory:
     """A temporary folder named for this process (so a later run can tell it is stale), after
-    removing the stale folders of that kind left by killed runs."""
+    removing the stale folders of that kind left by killed runs. The process's janitor
+    (:mod:`skillrun.io.janitor`) removes it at once if this process is killed."""
+    from skillrun.io import janitor
+
+    janitor.ensure()
     sweep_stale(kind)
     return tempfile.TemporaryDirectory(prefix=f"skillrun-{kind}-{os.getpid()}-")

@@ -23,7 +23,8 @@ BASELINE = "baseline"
 
 def gate_job(ctx: dict[str, Any], ref: str, config: dict[str, Any], role: str = "port") -> dict[str, Any]:
     task = {"kind": "candidate", "role": role, "ref": ref, "config": dict(config), "shape": ctx["shape"],
-            "problem": ctx["problem"], "device": ctx["device"], "seeds": ctx["seeds"], "tolerance": ctx["tolerance"]}
+            "problem": ctx["problem"], "device": ctx["device"], "seeds": ctx["seeds"], "tolerance": ctx["tolerance"],
+            "sandbox": ctx.get("sandbox") or "auto"}
     if ctx.get("watchdog_s"):
         task["launch_deadline_s"] = float(ctx["watchdog_s"])
     return {"task": task, "timeout_s": ctx["timeout_s"], "env": ctx["env"], "isolation": ctx["isolation"]}
@@ -39,7 +40,7 @@ def session_job(ctx: dict[str, Any], incumbent: dict[str, Any], peers: list[tupl
     task = {"kind": "session", "problem": ctx["problem"], "shape": ctx["shape"], "device": ctx["device"],
             "port_slot": INCUMBENT, "peers": [sid for sid, _, _ in peers], "tolerance": ctx["tolerance"], "seed": seed,
             "slots": slots, "aa_slot": INCUMBENT, "profile_launches": ctx["profile_launches"],
-            "timing": {**t, "rounds": rounds}}
+            "timing": {**t, "rounds": rounds}, "sandbox": ctx.get("sandbox") or "auto"}
     if ctx.get("watchdog_s"):
         task["watchdog"] = {"deadline_s": float(ctx["watchdog_s"])}
     return {"task": task, "timeout_s": ctx["timeout_s"], "env": ctx["env"], "isolation": ctx["isolation"]}

@@ -44,7 +44,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
                ray_num_gpus: float | None = None, compile_only: bool = False, arch: str | None = None,
                start_from: str | Path | None = None, apply: bool = False, write: bool = True,
                validation_root: Path | None = None, cold_l2: str = "rotate", cuda_graph: bool = False,
-               isolation: str | None = None, command: str | None = None, peaks: Any = None,
+               isolation: str | None = None, command: str | None = None, peaks: Any = None, sandbox: str = "auto",
                launch_timeout_s: float | None = None) -> dict[str, Any]:
     """Tune one shape; returns the tuning record plus ``artifact`` (path or None) and ``diff`` (text or None).
 
@@ -79,7 +79,7 @@ def tune_shape(index: SkillIndex, skill_id: str, shape: dict[str, int], *, backe
         configs, space_from = kept_configs(start_from, card, start_name, shape), machine_path_in_kb(start_from, index.root)
         pruned = []
     ctx = task_context(card, shape, be, start.backend, seeds=seeds, timeout_s=timeout_s, timer=timer, rounds=rounds,
-               warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation)
+               warmup=warmup, cold_l2=cold_l2, cuda_graph=cuda_graph, isolation=isolation, sandbox=sandbox)
     from skillrun.execute.watchdog import GPU_DEADLINE_S
 
     ctx["watchdog_s"] = launch_timeout_s if launch_timeout_s is not None else (GPU_DEADLINE_S if be.gpu else 0)

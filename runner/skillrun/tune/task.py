@@ -73,12 +73,14 @@ def nearest_recipe(card: SkillCard, shape: dict[str, int], selected: str, untune
 
 
 def task_context(card: SkillCard, shape: dict[str, int], be: Backend, recipe_backend: str, *, seeds: int, timeout_s: float,
-         timer: str | None, rounds: int, warmup: int, cold_l2: str, cuda_graph: bool, isolation: str | None) -> dict[str, Any]:
+         timer: str | None, rounds: int, warmup: int, cold_l2: str, cuda_graph: bool, isolation: str | None,
+         sandbox: str = "auto") -> dict[str, Any]:
     tol = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999, **card.tolerance}
     iso = isolation or ("spawn" if be.gpu else "fork")
     return {"shape": dict(shape), "problem": card.references["problem"], "device": be.torch_device,
             "seeds": list(range(1, 1 + seeds)), "tolerance": tol, "timeout_s": float(timeout_s),
             "env": be.env(recipe_backend), "isolation": iso, "profile_launches": 3 if be.gpu else 1,
+            "sandbox": sandbox,  # the untrusted children's confinement (skillrun.io.sandbox)
             "timing": {"timer": timer if timer is not None else be.default_timer(), "warmup": warmup, "cold_l2": cold_l2,
                        "l2_bytes": be.facts.l2_bytes, "cuda_graph": cuda_graph, "max_sets": 32, "max_seconds": 120.0}}
 

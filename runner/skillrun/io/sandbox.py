@@ -1,0 +1,478 @@
+"""Confinement of the processes that run untrusted code: ports, and the references timed beside them.
+
+A task child calls :func:`enter` before it imports any kernel module. What it then runs gets, each
+piece only where the kernel offers it (:func:`support` says which; the run records it and says
+*unsandboxed* when nothing is available):
+
+* **a scrubbed environment** (:func:`scrub_env`, also applied by the harness to every child it
+  starts): variable names on an allowlist, minus anything that looks like a credential. The
+  environment is scrubbed before the child is started, so no copy of a secret is in its memory.
+* **its own user, PID, mount and IPC namespaces** (``unshare``): it sees only its own processes
+  (a private ``/proc``; the harness's ``/proc/<pid>/environ`` is not there to read), gets a private
+  ``/dev/shm``, and everything it starts ends with it: the namespace's first process is a small
+  init of ours that dies with the harness (parent-death signal), and when a PID namespace's init
+  dies the kernel kills every process in it, a ``setsid`` daemon included. The task runs as the
+  init's child, so it can neither signal the init nor change the init's parent-death signal.
+* **Landlock** (an LSM, Linux >= 5.13): the task may read and execute system folders and its
+  import path, read and write its own folders (its task folder, its hand-over folder, a compile
+  cache for its role) and nothing else: the knowledge base, the kernels' source, the import path
+  and the harness's files are read-only, other tasks' folders and the home folder invisible. FIFOs,
+  sockets, device nodes and links cannot be made; no process outside its domain can be traced
+  (which also closes ``/proc/<pid>/mem`` and ``environ``); from ABI 6 on, no signal and no
+  abstract Unix socket reaches outside.
+
+Everything here is plain system calls through ctypes (``unshare``, ``mount``, ``landlock_*``,
+``prctl``, ``capset``); nothing is installed. Entering is irreversible, so :func:`probe` (what
+``skill-run doctor`` reports) enters it in a throw-away child and checks that each piece holds.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+# ---------------------------------------------------------------------------------------- constants
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+# landlock_create_ruleset, landlock_add_rule, landlock_restrict_self: the same numbers on every
+# architecture (added to the common syscall table)
+_SYS_CREATE, _SYS_ADD, _SYS_RESTRICT = 444, 445, 446
+_LL_VERSION = 1
+_LL_RULE_PATH_BENEATH = 1
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_REMOVE_DIR, _REMOVE_FILE, _MAKE_CHAR, _MAKE_DIR, _MAKE_REG = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
+_MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM, _REFER, _TRUNCATE, _IOCTL_DEV = (1 << 9, 1 << 10, 1 << 11,
+                                                                              1 << 12, 1 << 13, 1 << 14, 1 << 15)
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1, 2
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+# In its own folders: regular files and folders only (a FIFO left for the harness to open would block it)
+_OWN = _READ | _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_DIR | _MAKE_REG | _TRUNCATE
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV  # what a rule on a file may grant
+
+# Top-level folders never readable from inside (temporary files of other tasks, home folders with
+# credentials, runtime sockets); the import path and the interpreter are added back by name.
+_HIDDEN_TOP = frozenset({"tmp", "home", "root", "run", "var", "mnt", "media", "srv", "boot", "lost+found", "snap"})
+
+# Environment: names kept as they are, and prefixes of the device stacks' and libraries' settings.
+_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "SHELL", "TMPDIR",
+    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE",
+    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "XDG_CACHE_HOME", "COMPILE_ONLY",
+    "SKILLRUN_PARENT_PID", "SKILLRUN_PDEATHSIG", "SKILLRUN_SUSTAIN_MS", "SKILLRUN_GIT_REVISION", "SKILLRUN_CACHE",
+    "SKILLRUN_DEBUG", "SKILLRUN_KB", "SKILLRUN_ISA_DIR", "SKILLRUN_LANE_PID", "SKILLRUN_TEST_TAG",
+})
+_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "AMD_", "GPU_", "TRITON_", "TORCH_",
+                 "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "FLYDSL_", "CUBLAS_", "CUDNN_", "NCCL_")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox was required and could not be entered."""
+
+
+def scrub_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with only allowlisted names, and none whose name or value looks like a credential."""
+    from skillrun.io.redact import is_secret_key, scrub_text
+
+    out = {}
+    for k, v in env.items():
+        if not (k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)):
+            continue
+        if is_secret_key(k) or scrub_text(v) != v:
+            continue
+        out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------- syscalls
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _fail(what: str) -> OSError:
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: not available)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        r = _libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(0, int(r))
+
+
+def _handled(abi: int) -> int:
+    bits = (1 << 13) - 1  # ABI 1: execute .. make_sym
+    if abi >= 2:
+        bits |= _REFER
+    if abi >= 3:
+        bits |= _TRUNCATE
+    if abi >= 5:
+        bits |= _IOCTL_DEV
+    return bits
+
+
+def _landlock(libc: Any, abi: int, read: Iterable[str], own: Iterable[str], devices: Iterable[str]) -> None:
+    handled = _handled(abi)
+    scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0
+    attr = struct.pack("=QQQ", handled, 0, scoped)
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    buf = ctypes.create_string_buffer(attr[:size], size)
+    fd = libc.syscall(_SYS_CREATE, buf, ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        raise _fail("landlock_create_ruleset")
+    try:
+        def rule(path: str, access: int) -> None:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                return  # a path that does not exist here grants nothing
+            try:
+                if not os.path.isdir(path):
+                    access &= _FILE_RIGHTS
+                access &= handled
+                pb = struct.pack("=Qi", access, pfd)
+                if libc.syscall(_SYS_ADD, ctypes.c_int(fd), ctypes.c_int(_LL_RULE_PATH_BENEATH),
+                                ctypes.create_string_buffer(pb, len(pb)), ctypes.c_uint32(0)) != 0:
+                    raise _fail(f"landlock_add_rule {path}")
+            finally:
+                os.close(pfd)
+
+        for p in read:
+            rule(p, _READ)
+        for p in devices:
+            rule(p, _READ | _WRITE_FILE | _IOCTL_DEV)
+        for p in own:
+            rule(p, _OWN | (_REFER if abi >= 2 else 0))
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _fail("prctl(NO_NEW_PRIVS)")
+        if libc.syscall(_SYS_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            raise _fail("landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+def _drop_capabilities(libc: Any) -> bool:
+    """No capability left in the task's user namespace (it needed them only to mount /proc)."""
+    header = struct.pack("=Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = bytes(24)  # two {effective, permitted, inheritable} words, all zero
+    return libc.syscall(126 if os.uname().machine == "x86_64" else 91, ctypes.create_string_buffer(header, 8),
+                        ctypes.create_string_buffer(data, 24)) == 0
+
+
+# ---------------------------------------------------------------------------------------- what is here
+_SUPPORT: dict[str, Any] | None = None
+
+
+def _try_namespaces() -> str | None:
+    """None when this process may create user+PID+mount namespaces (tried in a throw-away child)."""
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only makes system calls and leaves
+        os.close(r)
+        try:
+            msg = b""
+            libc = _libc()
+            if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+                msg = str(_fail("unshare")).encode()
+        except BaseException as exc:  # noqa: BLE001
+            msg = repr(exc).encode()
+        os.write(w, msg[:500])
+        os._exit(0)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb") as fh:
+            msg = fh.read().decode("utf-8", "replace")
+    finally:
+        os.waitpid(pid, 0)
+    return msg or None
+
+
+def support() -> dict[str, Any]:
+    """What this machine offers: ``namespaces`` (None or why not), ``landlock_abi``, ``seccomp``,
+    ``bwrap``; ``level`` is ``full`` (namespaces and Landlock), ``partial`` or ``none``."""
+    global _SUPPORT
+    if _SUPPORT is None:
+        import shutil
+
+        ns_error = _try_namespaces()
+        abi = landlock_abi()
+        seccomp = None
+        try:
+            seccomp = any(line.startswith("Seccomp:") for line in Path("/proc/self/status").read_text().splitlines())
+        except OSError:
+            seccomp = False
+        level = "full" if (ns_error is None and abi >= 1) else ("partial" if (ns_error is None or abi >= 1) else "none")
+        _SUPPORT = {"level": level, "namespaces": None if ns_error is None else ns_error, "landlock_abi": abi,
+                    "seccomp": bool(seccomp), "bwrap": shutil.which("bwrap")}
+    return dict(_SUPPORT)
+
+
+def describe(sup: dict[str, Any] | None = None) -> str:
+    """One line: what a sandboxed task gets on this machine."""
+    s = sup or support()
+    parts = []
+    parts.append("user/PID/mount/IPC namespaces" if s["namespaces"] is None else f"no namespaces ({s['namespaces']})")
+    parts.append(f"Landlock ABI {s['landlock_abi']}" if s["landlock_abi"] else "no Landlock")
+    return ", ".join(parts)
+
+
+def record(mode: str, sup: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the artifact says about the confinement of the run's untrusted processes."""
+    s = sup or support()
+    if mode == "off":
+        return {"level": "none", "unsandboxed": "the sandbox was turned off for this run (sandbox=off)",
+                "env_scrubbed": True}
+    out: dict[str, Any] = {"level": s["level"], "mechanism": describe(s), "env_scrubbed": True,
+                           "pid_namespace": s["namespaces"] is None, "landlock_abi": s["landlock_abi"]}
+    if s["level"] == "none":
+        out["unsandboxed"] = ("this machine offers neither user namespaces nor Landlock: the port's process can "
+                              "write the knowledge base, read other processes and outlive the run")
+    elif s["level"] == "partial":
+        out["unsandboxed"] = ("partly: " + ("no Landlock (the file system is open to the port)" if not s["landlock_abi"]
+                                            else "no PID namespace (other processes are visible, a daemon can outlive the run)"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- entering
+def cache_dir(role: str) -> Path:
+    """The compile cache (Triton, CUDA JIT) of one role's sandboxed tasks: the accused share one,
+    the references another, so a port can poison no cache a reference reads."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skillrun" / "sandbox" / role
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def _readable() -> list[str]:
+    tops = []
+    try:
+        tops = [f"/{n}" for n in os.listdir("/") if n not in _HIDDEN_TOP]
+    except OSError:
+        pass
+    extra = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
+             os.path.realpath(sys.executable)]
+    extra += [p for p in sys.path if p]
+    extra += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # Our packages wherever they are: an editable install maps them through an import hook, not sys.path
+    # (a clone under /home would otherwise be unreadable from inside).
+    import importlib.util
+
+    for name in ("skillrun", "skillrun_kernels", "skillrun_kb"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        extra += list(getattr(spec, "submodule_search_locations", None) or [])
+    return [p for p in dict.fromkeys(tops + extra) if p and os.path.exists(p)]
+
+
+def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: str = "require", *,
+          parent: int | None = None, deathsig: bool = False) -> dict[str, Any]:
+    """Confine this process (a task child, before it imports any kernel module); returns what held.
+
+    ``mode``: ``require`` raises SandboxError unless namespaces and Landlock both hold; ``auto``
+    takes what the machine offers; ``off`` only scrubs the environment. With namespaces this
+    process forks twice (the namespace's init, then the task) and only the task returns from here:
+    the two processes above it wait, pass its exit status on and never return. ``parent`` (and
+    ``deathsig``, see :mod:`skillrun.io.lifeline`) is the process this one must die with; with
+    namespaces the process that stays outside carries that watch (``info["lifeline"]``), and the
+    task is tied to it through the init.
+    """
+    kept = scrub_env(dict(os.environ))  # (the harness scrubbed it before starting us: defence in depth)
+    os.environ.clear()
+    os.environ.update(kept)
+    own = [os.path.realpath(str(p)) for p in writable if p]
+    info: dict[str, Any] = {"mode": mode, "env_scrubbed": True}
+    if mode == "off":
+        info["level"] = "none"
+        return info
+    sup = support()
+    if mode == "require" and sup["level"] != "full":
+        raise SandboxError(f"the sandbox is required but this machine offers {describe(sup)}")
+    cache = cache_dir(role)
+    for k, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "nv"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        (cache / sub).mkdir(exist_ok=True)
+        os.environ[k] = str(cache / sub)
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    if own:
+        os.environ["TMPDIR"] = own[0]
+        tempfile.tempdir = None
+    libc = _libc()
+    if sup["namespaces"] is None:
+        _namespaces(libc, parent, deathsig)  # returns in the task process only
+        info["pid_namespace"] = info["lifeline"] = True
+        info["private_proc"] = _private_mounts(libc)
+    else:
+        info["pid_namespace"] = False
+    if sup["landlock_abi"]:
+        devices = [d for d in ("/dev",) if os.path.isdir(d)]
+        shm = "/dev/shm" if info.get("private_proc") and os.path.isdir("/dev/shm") else None
+        _landlock(libc, sup["landlock_abi"], _readable(), own + [str(cache)] + ([shm] if shm else []), devices)
+        info["landlock_abi"] = sup["landlock_abi"]
+    if info["pid_namespace"]:
+        info["capabilities_dropped"] = _drop_capabilities(libc)
+    info["level"] = "full" if info["pid_namespace"] and info.get("landlock_abi") else "partial"
+    return info
+
+
+def _namespaces(libc: Any, parent: int | None, deathsig: bool) -> None:
+    """unshare, then fork the namespace's init, which forks the task: only the task returns."""
+    import select
+
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+        raise _fail("unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    alive_r, alive_w = os.pipe()  # held open by the outer process: EOF means it is gone
+    status_r, status_w = os.pipe()  # the task's raw wait status, from the init to the outer process
+    init = os.fork()
+    if init:
+        os.close(alive_r)
+        os.close(status_w)
+        _pass_on(init, status_r, parent, deathsig)  # never returns
+    os.close(alive_w)
+    os.close(status_r)
+    # The namespace's init (PID 1): dies with the process outside; the kernel then ends everything inside.
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or select.select([alive_r], [], [], 0)[0]:
+        os._exit(1)
+    os.close(alive_r)
+    task = os.fork()
+    if task:
+        _reap(task, status_w)  # never returns
+    os.close(status_w)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        os._exit(1)
+    for k in ("SKILLRUN_PARENT_PID", "SKILLRUN_PDEATHSIG"):  # the init is this process's lifeline now
+        os.environ.pop(k, None)
+
+
+def _pass_on(init: int, status_r: int, parent: int | None, deathsig: bool) -> None:
+    """The process outside the namespace: ends with its own parent, waits for the init and ends the
+    way the task did (the same exit code, or killed by the same signal). It polls instead of starting a
+    watch thread: after unshare(CLONE_NEWPID) this process can start no thread. Never returns."""
+    import time
+
+    code = 1
+    try:
+        if deathsig:
+            _libc().prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        while True:
+            try:
+                done, _ = os.waitpid(init, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if parent is not None and os.getppid() != parent:  # the harness is gone: so is the namespace
+                os.kill(init, signal.SIGKILL)
+                os._exit(1)
+            time.sleep(0.02)
+        with os.fdopen(status_r, "rb") as fh:
+            text = fh.read(64).decode("ascii", "replace")
+        code = os.waitstatus_to_exitcode(int(text)) if text.strip().lstrip("-").isdigit() else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+    finally:
+        os._exit(code if code >= 0 else 128 - code)
+
+
+def _reap(task: int, status_w: int) -> None:
+    """The init: reap every orphan until the task ends; its end ends the namespace."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    status = 1 << 8
+    while True:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        if pid == task:
+            status = st
+            break
+    os.write(status_w, str(status).encode())
+    os._exit(0)
+
+
+def _private_mounts(libc: Any) -> bool:
+    """A /proc of this PID namespace and an empty /dev/shm (mount namespace private first).
+    False when the kernel refuses the /proc mount (a container that masks parts of the host's)."""
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return False
+    if os.path.isdir("/dev/shm"):
+        libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=64m,mode=1777")
+    return libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0
+
+
+# ---------------------------------------------------------------------------------------- doctor
+def probe(timeout_s: float = 60.0) -> dict[str, Any]:
+    """Enter the sandbox in a fresh child and check each piece: (support, what held, problems)."""
+    import subprocess
+
+    sup = support()
+    with tempfile.TemporaryDirectory(prefix="skillrun-sbxprobe-") as d:
+        try:
+            out = subprocess.run([sys.executable, "-m", "skillrun.io.sandbox", "--probe", d], capture_output=True,
+                                 text=True, timeout=timeout_s, env={**os.environ, "SKILLRUN_PROBE_CANARY": "hf_canarysecret1"})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"support": sup, "held": {}, "problems": [f"the probe child failed: {exc}"]}
+    try:
+        held = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"support": sup, "held": {}, "problems": [f"the probe child said nothing readable: {out.stderr[-300:]}"]}
+    problems = [k for k, ok in held.get("checks", {}).items() if not ok]
+    return {"support": sup, "held": held, "problems": problems}
+
+
+def _probe_child(folder: str) -> dict[str, Any]:  # pragma: no cover - runs in the probe's child
+    parent = os.getppid()
+    info = enter([folder], role="probe", mode="auto")
+    checks: dict[str, bool] = {}
+    checks["environment scrubbed"] = "SKILLRUN_PROBE_CANARY" not in os.environ
+    try:
+        Path(folder, "x").write_text("ok")
+        checks["own folder writable"] = True
+    except OSError:
+        checks["own folder writable"] = False
+    if info.get("landlock_abi"):
+        try:
+            Path(sys.prefix, ".skillrun-probe").write_text("no")
+            Path(sys.prefix, ".skillrun-probe").unlink()
+            checks["import path read-only"] = False
+        except OSError:
+            checks["import path read-only"] = True
+    if info.get("pid_namespace"):
+        try:
+            os.kill(parent, 0)
+            checks["harness invisible"] = False
+        except ProcessLookupError:
+            checks["harness invisible"] = True
+        except PermissionError:
+            checks["harness invisible"] = True
+        if info.get("private_proc"):
+            pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+            checks["private /proc"] = max(pids) <= 8
+    return {"info": info, "checks": checks}
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--probe":  # pragma: no cover
+    print(json.dumps(_probe_child(sys.argv[2])))
+    sys.stdout.flush()
