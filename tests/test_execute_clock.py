@@ -91,6 +91,12 @@ def test_a_port_that_slows_torch_mm_cannot_slow_the_baseline(kb):
 def test_a_port_thread_cannot_contend_with_the_references(kb, card_id):
     rec = run(kb, card_id)
     assert rec["parity"]["port"]["passed"]
+    if "slot_integrity" not in rec:
+        # A thread that holds the GIL can starve the accused's own request loop: the parent's deadline
+        # then ends the session, which fails the port just the same (no speedup, the accused named).
+        assert rec["verdict"] == "error" and rec.get("speedup") is None, rec["reason"]
+        assert "the accused' process did not answer" in rec["reason"], rec["reason"]
+        return
     failed(rec)
     assert "new thread(s) running between rounds" in gate(rec)["reason"]
     assert rec["timing"]["baseline_ms"]["median"] < 10.0  # frozen while the baseline ran: it never held it back
