@@ -43,19 +43,19 @@ Nothing here has run on a GPU: every fact about it is compile-only (``compile_on
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90 as _g1
 from skillrun_kernels.fp8_blockscale_gemm import problem
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
-BK = problem.BLOCK  # 128
-WG_M = 64
+# the ring, partitions and register budget are gluon_sm90's: its constants, its Config arithmetic
+BK = _g1.BK  # 128: the scale block along K, one ring slot
+WG_M = _g1.WG_M
 KERNEL_NAME = "_fp8_blockscale_gemm_gluon_ws_sm90"
 SM90_SMEM_LIMIT = _g1.SM90_SMEM_LIMIT
 REGISTER_FILE = _g1.REGISTER_FILE
-_BARRIER_BYTES = 8
 # The cluster launch and the allocation read use Triton internals of this version (the H200's).
 TRITON_TESTED = "3.6.0"
 check_problem = _g1.check_problem
@@ -68,7 +68,8 @@ prepared_a_scales = _g1.prepared_a_scales
 
 @dataclass(frozen=True)
 class Config:
-    """One compile-time variant plus its launch knobs. Field names are what cards write."""
+    """One compile-time variant plus its launch knobs. Field names are what cards write. The tile,
+    register-budget and shared-memory arithmetic is gluon_sm90.Config's (same partitions, same ring)."""
 
     BN: int = 128
     consumers: int = 2
@@ -82,32 +83,14 @@ class Config:
     epilogue_overlap: bool = False
     promote_k: int = 128
 
-    @property
-    def BM(self) -> int:
-        return WG_M * self.consumers
-
-    @property
-    def SUB_N(self) -> int:
-        return min(self.BN, BK)
-
-    @property
-    def NSUB(self) -> int:
-        return self.BN // self.SUB_N
-
-    @property
-    def regs(self) -> int:
-        if self.consumer_regs:
-            return self.consumer_regs
-        return 232 if self.consumers == 2 else 240
-
-    @property
-    def maxnreg(self) -> int:
-        threads = 128 * (self.consumers + 1)
-        return min(248, (REGISTER_FILE // threads) // 8 * 8)
-
-    @property
-    def producer_regs(self) -> int:
-        return self.maxnreg * (self.consumers + 1) - self.regs * self.consumers
+    BM = _g1.Config.BM
+    SUB_N = _g1.Config.SUB_N
+    NSUB = _g1.Config.NSUB
+    regs = _g1.Config.regs
+    maxnreg = _g1.Config.maxnreg
+    producer_regs = _g1.Config.producer_regs
+    smem_bytes = _g1.Config.smem_bytes
+    as_dict = _g1.Config.as_dict
 
     @property
     def stream(self) -> bool:
@@ -173,20 +156,9 @@ class Config:
                 f"sm_90 limit of {SM90_SMEM_LIMIT}; use fewer stages")
 
     def register_estimate(self) -> int:
-        """Live fp32 registers per consumer thread: accumulator + partials + ~32 for addressing and
-        scales (+8 in the stream: the next block's cursor and scales ride along)."""
-        acc = self.BM // self.consumers * self.BN // 128
-        partial = WG_M * self.SUB_N // 128
-        live = 0 if not self.promote else (1 + self.async_depth)
-        return acc + live * partial + 32 + (8 if self.stream else 0)
-
-    def smem_bytes(self) -> int:
-        ring = self.stages * (self.BM * BK + self.BN * BK + 4 * self.BM)
-        staging = self.consumers * self.NSUB * WG_M * self.SUB_N * 2
-        return ring + staging + 2 * self.stages * _BARRIER_BYTES
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+        """gluon_sm90's estimate of the live fp32 registers per consumer thread (accumulator + partials
+        + ~32 for addressing and scales), +8 in the stream: the next block's cursor and scales ride along."""
+        return _g1.Config.register_estimate(self) + (8 if self.stream else 0)
 
 
 def default_config(shape: dict) -> Config:
@@ -724,16 +696,12 @@ if GLUON_IMPORT_ERROR is None:
 
 
 def _layouts(cfg: Config) -> dict:
+    """gluon_sm90's shared layouts, B's for the rows one CTA's copy brings (half the tile under a 2x1 cluster)."""
     from triton.experimental.gluon import language as gl
 
-    half = cfg.BN // cfg.cluster_m  # the rows of B one CTA's copy brings
-    return {
-        "a": gl.NVMMASharedLayout.get_default_for([cfg.BM, BK], gl.float8e4nv),
-        "b": gl.NVMMASharedLayout.get_default_for([half, BK], gl.float8e4nv),
-        "b_block": [half, BK],
-        "sa": gl.NVMMASharedLayout.get_default_for([1, cfg.BM], gl.float32),
-        "c": gl.NVMMASharedLayout.get_default_for([WG_M, cfg.SUB_N], gl.bfloat16),
-    }
+    half = cfg.BN // cfg.cluster_m
+    return {**_g1._layouts(cfg), "b": gl.NVMMASharedLayout.get_default_for([half, BK], gl.float8e4nv),
+            "b_block": [half, BK]}
 
 
 def constexprs(cfg: Config) -> dict:
@@ -811,36 +779,19 @@ def barrier_init_offsets(ptx: str) -> list[int]:
     return sorted(out + [int(x) for x in m2])
 
 
-_SM_COUNT: dict[int, int] = {}
-
-
-def _sm_count(device) -> int:
-    import torch
-
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+_sm_count = _g1._sm_count
 
 
 def prepare_operands(inputs: dict, cfg: Config) -> dict:
-    """TMA descriptors over A, B (a half tile per CTA under a cluster) and the transposed, 16-byte
-    pitched A scales; the B scales row-major (ceil(N/128), K/128) fp32."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    """gluon_sm90's operands (TMA descriptors over A, B and the transposed, 16-byte pitched A scales;
+    the B scales row-major (ceil(N/128), K/128) fp32), B's descriptor a half tile per CTA under a cluster."""
+    prep = _g1.prepare_operands(inputs, cfg)
+    if cfg.cluster_m > 1:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    a, b = inputs["a"].contiguous(), inputs["b"].contiguous()
-    M, K = a.shape
-    N = b.shape[0]
-    lay = _layouts(cfg)
-    sa_t = prepared_a_scales(inputs["a_scale"], M)
-    sb = inputs["b_scale"].float().contiguous()
-    return {
-        "a": a, "b": b, "sa_t": sa_t, "sb": sb, "M": M, "N": N, "K": K,
-        "a_desc": TensorDescriptor(a, [M, K], [K, 1], [cfg.BM, BK], lay["a"]),
-        "b_desc": TensorDescriptor(b, [N, K], [K, 1], lay["b_block"], lay["b"]),
-        "sa_desc": TensorDescriptor(sa_t, list(sa_t.shape), [sa_t.shape[1], 1], [1, cfg.BM], lay["sa"]),
-        "c_layout": lay["c"],
-    }
+        lay = _layouts(cfg)
+        prep["b_desc"] = TensorDescriptor(prep["b"], [prep["N"], prep["K"]], [prep["K"], 1], lay["b_block"], lay["b"])
+    return prep
 
 
 # (kernel hash, cluster size) -> clusters co-resident on this device (cuOccupancyMaxActiveClusters),
