@@ -283,6 +283,12 @@ if GLUON_IMPORT_ERROR is None:
         return gl.inline_asm_elementwise(_ASM_CLUSTER_SYNC, "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _meet_cluster(CLUSTER: gl.constexpr):
+        # Under a 2x1 cluster every partition meets the cluster barrier once, after the barrier inits.
+        if CLUSTER == 2:
+            _cluster_sync(gl.program_id(0))
+
+    @gluon.jit
     def _rank(CLUSTER: gl.constexpr):
         # The CTA's rank in its cluster (= program id mod CLUSTER for the 1-D grid), read where used.
         if CLUSTER == 2:
@@ -310,6 +316,21 @@ if GLUON_IMPORT_ERROR is None:
         return pm * CLUSTER + _rank(CLUSTER), pn
 
     @gluon.jit
+    def _walk(M, N, BM: gl.constexpr, BN: gl.constexpr, CLUSTER: gl.constexpr):
+        # A partition's walk over the work units: (its first unit, the stride, the CTA's rank in its
+        # cluster, row tiles, column tiles, units).
+        walker, walkers, rank = _cta(CLUSTER)
+        num_pid_m = gl.cdiv(M, BM)
+        num_pid_n = gl.cdiv(N, BN)
+        return walker, walkers, rank, num_pid_m, num_pid_n, gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+
+    @gluon.jit
+    def _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM: gl.constexpr, BN: gl.constexpr, CLUSTER: gl.constexpr):
+        # (first row, first column) of the CTA's tile of a work unit.
+        pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
+        return pid_m * BM, pid_n * BN
+
+    @gluon.jit
     def _release(empty, slot, empty_off, FENCE: gl.constexpr, CLUSTER: gl.constexpr):
         # FENCE: the A scales were read from the slot by a generic-proxy load, and the producer's next
         # write to it is a TMA (async proxy): fence so the two are ordered across the arrive.
@@ -329,20 +350,14 @@ if GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _producer(b_desc, a_desc, sa_desc, a_ring, b_ring, sa_ring, ready, empty, M, N, L, GROUP_M, B_OFF, READY_OFF,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CLUSTER: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
-        walker, walkers, rank = _cta(CLUSTER)
-        num_pid_m = gl.cdiv(M, BM)
-        num_pid_n = gl.cdiv(N, BN)
-        units = gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+        _meet_cluster(CLUSTER)
+        walker, walkers, rank, num_pid_m, num_pid_n, units = _walk(M, N, BM, BN, CLUSTER)
         nbytes: gl.constexpr = BM * 128 + BN * 128 + 4 * BM
         HALF: gl.constexpr = BN // CLUSTER
         slot = 0
         phase = 0
         for unit in range(walker, units, walkers):
-            pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
-            off_m = pid_m * BM
-            off_n = pid_n * BN
+            off_m, off_n = _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM, BN, CLUSTER)
             for kb in range(L):
                 mbarrier.wait(empty.index(slot), phase ^ 1)
                 bar = ready.index(slot)
@@ -415,6 +430,34 @@ if GLUON_IMPORT_ERROR is None:
             acc = gl.zeros_like(acc)
         return acc
 
+    @gluon.jit
+    def _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p, WG: gl.constexpr, STAGES: gl.constexpr,
+                 PK: gl.constexpr, row_layout: gl.constexpr):
+        # The next block of the ring: wait for it, read its A-scale rows, issue its (first) wgmma group
+        # into the partial p. Returns (A scales, wgmma token, the block's slot, the ring cursor moved on).
+        mbarrier.wait(ready.index(slot), phase)
+        sa = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
+        tok = _issue(a_ring, b_ring, slot, p, WG, 0, PK)
+        nslot, nphase = _advance(slot, phase, STAGES)
+        return sa, tok, slot, nslot, nphase
+
+    @gluon.jit
+    def _retire(tok, slot, sa, sb, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L, num_pid_m,
+                num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                CLUSTER: gl.constexpr):
+        # The promotion unit issued before the last one: wait for it (the last stays in flight), release
+        # its slot, read the B scale of the issue cursor's block (after the release's fence, so the fence
+        # never waits on it) and move that cursor on, promote the unit into acc, and write the tile if it
+        # was the tile's last K block. Returns (its partial, the B scale, both cursors, acc).
+        p = warpgroup_mma_wait(1, deps=(tok,))
+        _release(empty, slot, EMPTY_OFF, True, CLUSTER)
+        sb_next = gl.load(sb_ptr + row_i + kb_i)
+        kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN, CLUSTER)
+        acc = _pinned(gl.fma(p, (sa * sb)[:, None], acc))
+        acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
+        kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+        return p, sb_next, kb_i, unit_i, row_i, acc, kb_p, unit_p
+
     # ---- consumer stream, async depth 1: a stream of K blocks over `ntiles` tiles; each block's wgmma
     # group runs while the previous one is promoted. Called once per tile (the design point: the
     # tile's last block drains before its epilogue) or once for all of a CTA's tiles
@@ -443,11 +486,8 @@ if GLUON_IMPORT_ERROR is None:
         kb_p = 0
         unit_p = first
         # block 0 (its first promotion unit) -> p_a
-        mbarrier.wait(ready.index(slot), phase)
-        sa_a = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-        tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-        slot_a = slot
-        slot, phase = _advance(slot, phase, STAGES)
+        sa_a, tok_a, slot_a, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG, STAGES, PK,
+                                                    row_layout)
         sb_a = gl.load(sb_ptr + row_i + kb_i)
         kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN, CLUSTER)
         if PK == 128:
@@ -456,39 +496,20 @@ if GLUON_IMPORT_ERROR is None:
             slot_b = slot_a
             # Pairs of blocks (2j+1 -> p_b, 2j+2 -> p_a), unrolled so p_a and p_b never swap registers.
             for j in range((nblk - 1) // 2):
-                mbarrier.wait(ready.index(slot), phase)
-                sa_b = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_b = _issue(a_ring, b_ring, slot, p_b, WG, 0, PK)
-                slot_b = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_a = warpgroup_mma_wait(1, deps=(tok_a,))
-                _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
-                sb_b = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
-
-                mbarrier.wait(ready.index(slot), phase)
-                sa_a = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-                slot_a = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_b = warpgroup_mma_wait(1, deps=(tok_b,))
-                _release(empty, slot_b, EMPTY_OFF, True, CLUSTER)
-                sb_a = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_b, (sa_b * sb_b)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+                # issue the next block into p_b while p_a's is retired, then the one after into p_a
+                sa_b, tok_b, slot_b, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_b, WG,
+                                                            STAGES, PK, row_layout)
+                p_a, sb_b, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_a, slot_a, sa_a, sb_a, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
+                sa_a, tok_a, slot_a, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG,
+                                                            STAGES, PK, row_layout)
+                p_b, sb_a, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_b, slot_b, sa_b, sb_b, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
             if nblk % 2 == 0:
-                mbarrier.wait(ready.index(slot), phase)
-                sa_b = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_b = _issue(a_ring, b_ring, slot, p_b, WG, 0, PK)
-                slot_b = slot
-                slot, phase = _advance(slot, phase, STAGES)
+                sa_b, tok_b, slot_b, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_b, WG,
+                                                            STAGES, PK, row_layout)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))
                 _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
                 sb_b = gl.load(sb_ptr + row_i + kb_i)
@@ -511,19 +532,11 @@ if GLUON_IMPORT_ERROR is None:
                 tok_b = _issue(a_ring, b_ring, slot_a, p_b, WG, 1, PK)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))
                 acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
-                mbarrier.wait(ready.index(slot), phase)
-                sa_n = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-                slot_n = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_b = warpgroup_mma_wait(1, deps=(tok_b,))
-                _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
-                sb_n = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_b, (sa_a * sb_a)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+                sa_n, tok_a, slot_n, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG,
+                                                            STAGES, PK, row_layout)
+                p_b, sb_n, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_b, slot_a, sa_a, sb_a, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
                 sa_a = sa_n
                 sb_a = sb_n
                 slot_a = slot_n
@@ -541,8 +554,7 @@ if GLUON_IMPORT_ERROR is None:
     def _consumer_stream(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M, EMPTY_OFF,
                          WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                          CLUSTER: gl.constexpr, OVERLAP: gl.constexpr, PK: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
+        _meet_cluster(CLUSTER)
         walker, walkers, rank = _cta(CLUSTER)
         units = gl.cdiv(gl.cdiv(M, BM), CLUSTER) * gl.cdiv(N, BN)
         c_smem = c_bufs.index(WG)
@@ -572,23 +584,17 @@ if GLUON_IMPORT_ERROR is None:
     def _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M, EMPTY_OFF,
                          WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                          ASYNC: gl.constexpr, PROMOTE: gl.constexpr, CLUSTER: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
+        _meet_cluster(CLUSTER)
         SUB_N: gl.constexpr = 128 if BN > 128 else BN
         NSUB: gl.constexpr = BN // SUB_N
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB_N, 32])
         row_layout: gl.constexpr = gl.SliceLayout(1, mma)
-        walker, walkers, rank = _cta(CLUSTER)
-        num_pid_m = gl.cdiv(M, BM)
-        num_pid_n = gl.cdiv(N, BN)
-        units = gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+        walker, walkers, rank, num_pid_m, num_pid_n, units = _walk(M, N, BM, BN, CLUSTER)
         p = gl.zeros([64, SUB_N], gl.float32, mma)
         slot = 0
         phase = 0
         for unit in range(walker, units, walkers):
-            pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
-            off_m = pid_m * BM
-            off_n = pid_n * BN
+            off_m, off_n = _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM, BN, CLUSTER)
             acc0 = gl.zeros([64, SUB_N], gl.float32, mma)
             acc1 = gl.zeros([64, SUB_N], gl.float32, mma)
             for kb in range(L):
