@@ -55,20 +55,9 @@ LARGE=${LARGE:-"4096,65536,1536 4096,2048,7168 16384,1536,7168 16384,7168,768 81
 LOG="$OUT/device_issue40.log"
 START=$SECONDS
 MARK=$(mktemp); touch "$MARK"
-left() { echo $((BUDGET_S - (SECONDS - START))); }
-say() { echo "$*" | tee -a "$LOG" >&2; }
 # `run LIMIT cmd...`: bounded by LIMIT seconds and by what is left of the budget (less 20 s for packing)
-run() {
-  local lim=$1; shift
-  local l=$(( $(left) - 20 ))
-  [ "$lim" -gt "$l" ] && lim=$l
-  if [ "$lim" -lt 15 ]; then say "skip (budget: $(left)s left): $*"; return 124; fi
-  say "+ [${lim}s] $*"
-  timeout -k 10 "$lim" "$@" 2> >(tee -a "$LOG" >&2) | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  say "rc=$rc after $((SECONDS - START))s"
-  return "$rc"
-}
+RUN_RESERVE_S=20
+source benchmarks/device_budget.sh
 DG_PREFIX=${DEEPGEMM_PREFIX:-/tmp/deepgemm}
 
 for stage in $STAGES; do

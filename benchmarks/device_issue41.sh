@@ -43,20 +43,9 @@ ROUNDS=${ROUNDS:-30}
 N=${N:-2}
 LOG="$OUT/issue41_${STAGE}.log"
 START=$SECONDS
-left() { echo $((BUDGET_S - (SECONDS - START))); }
-say() { echo "$*" | tee -a "$LOG" >&2; }
 # `run LIMIT cmd...`: bounded by LIMIT seconds and by what is left of the budget; both streams to the log
-run() {
-  local lim=$1; shift
-  local l; l=$(left)
-  [ "$lim" -gt "$l" ] && lim=$l
-  if [ "$lim" -lt 15 ]; then say "skip (budget: ${l}s left): $*"; return 124; fi
-  say "+ [${lim}s] $*"
-  timeout -k 10 "$lim" "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  say "rc=$rc after $((SECONDS - START))s"
-  return "$rc"
-}
+RUN_MERGE=1
+source benchmarks/device_budget.sh
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"

@@ -37,21 +37,10 @@ SHAPES=(--shape tokens=16,model_dim=7168,inter_dim=2048,experts=256,topk=8
 TRACE="$OUT/moe_fp8bs_workload.trace.json.gz"
 LOG="$OUT/device_moe_fp8bs.log"
 START=$SECONDS
-left() { echo $((BUDGET_S - (SECONDS - START))); }
-say() { echo "$*" | tee -a "$LOG" >&2; }
 # `run LIMIT cmd...`: the command bounded by LIMIT seconds (and by what is left of the budget); its
 # stdout is the caller's (a JSON answer redirected to a file stays clean), both streams go to the log
-run() {
-  local lim=$1; shift
-  local l; l=$(left)
-  [ "$lim" -gt "$l" ] && lim=$l
-  if [ "$lim" -lt 10 ]; then say "skip (budget: ${l}s left): $*"; return 124; fi
-  say "+ [${lim}s] $*"
-  timeout -k 10 "$lim" "$@" 2> >(tee -a "$LOG" >&2) | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  say "rc=$rc after $((SECONDS - START))s"
-  return "$rc"
-}
+RUN_MIN_S=10
+source benchmarks/device_budget.sh
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"

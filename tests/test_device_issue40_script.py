@@ -27,7 +27,7 @@ def test_device_script_parses_names_what_exists_and_the_issues_shapes():
     assert res.returncode == 0, res.stderr
     text = SCRIPT.read_text()
     for path in (".ci/device-env.sh", "benchmarks/device_deepgemm_build.sh", "benchmarks/bench_fp8_blockscale_sm90.py",
-                 "benchmarks/validate_recipes.py", "tests/test_fp8_blockscale_gluon_ws.py"):
+                 "benchmarks/validate_recipes.py", "tests/test_fp8_blockscale_gluon_ws.py", "benchmarks/device_budget.sh"):
         assert path in text and (ROOT / path).exists(), path
     large = re.search(r'LARGE=\$\{LARGE:-"([^"]+)"\}', text).group(1).split()
     assert set(large) == ISSUE_SHAPES

@@ -23,7 +23,8 @@ def test_script_parses_and_names_what_exists():
     assert res.returncode == 0, res.stderr
     text = SCRIPT.read_text()
     for path in ("benchmarks/bench_moe_decode_roof_sm90.py", "benchmarks/e2e_validate_sm90.sh",
-                 "benchmarks/device_moe_fp8bs_sm90.sh", "benchmarks/device_deepgemm_build.sh", ".ci/device-env.sh"):
+                 "benchmarks/device_moe_fp8bs_sm90.sh", "benchmarks/device_deepgemm_build.sh", ".ci/device-env.sh",
+                 "benchmarks/device_budget.sh"):
         assert path in text and (ROOT / path).exists(), path
 
 

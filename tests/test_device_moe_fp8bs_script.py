@@ -42,6 +42,8 @@ def test_script_parses_and_names_what_exists():
                  "benchmarks/validate_recipes.py", "benchmarks/plan_filter.py", ".ci/device-env.sh"):
         assert path in text and (ROOT / path).exists(), path
     assert "BUDGET_S" in text and "timeout" in text
+    # its steps are bounded by the shared runner (benchmarks/device_budget.sh) it sources
+    assert "device_budget.sh" in text and "timeout -k" in (BENCH / "device_budget.sh").read_text()
 
 
 def test_recipe_shapes_run_one_per_recipe_first(bench_path):

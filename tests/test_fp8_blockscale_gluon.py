@@ -10,18 +10,14 @@ K = 768 included, and that the ablation twins run (the no-promote twin must NOT 
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from gluon_gpu import assert_lever_holds, assert_matches_oracle, run_twice
+from gluon_gpu import seed as _seed
 
 from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90 as g
 from skillrun_kernels.fp8_blockscale_gemm import problem
 from skillrun_kernels.protocol import UnsupportedShape
-
-
-def _seed() -> int:
-    return int.from_bytes(os.urandom(4), "little") % 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,49 +225,25 @@ GPU_SHAPES = [
 ]
 
 
-def _run_gpu(sd: dict, knobs: dict | None, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x = problem.make_inputs(sd, seed, "cuda")
-    kl = g.build(sd, knobs, "cuda")
-    prep = kl.prepare(x)
-    out = problem.output_like(sd, "cuda").fill_(float("nan"))
-    kl.run(prep, out)
-    first = out.clone()
-    kl.run(prep, out)
-    torch.cuda.synchronize()
-    return first, out, problem.oracle(x)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("M,N,K", GPU_SHAPES)
 def test_gluon_matches_oracle_on_gpu(M, N, K):
-    seed = _seed()
-    first, out, ref = _run_gpu({"M": M, "N": N, "K": K}, None, seed)
-    err = problem.rel_error(out, ref)
-    assert err < 3e-3, f"seed {seed}: rel err {err}"
-    assert torch.equal(first, out), f"seed {seed}: not deterministic"
-    assert not torch.isnan(out).any(), f"seed {seed}: unwritten elements"
+    assert_matches_oracle(g, {"M": M, "N": N, "K": K}, None, _seed())
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n in g.ABLATIONS if n != "design"])
 def test_ablation_variants_on_gpu(name):
-    seed = _seed()
-    sd = {"M": 1000, "N": 2112, "K": 768}  # ragged M and N, K/128 = 6 (the tail of the pair loop)
-    first, out, ref = _run_gpu(sd, g.ABLATIONS[name], seed)
-    err = problem.rel_error(out, ref)
-    if g.ablation_config(name).promote:
-        assert err < 3e-3, f"{name} seed {seed}: rel err {err}"
-    else:
-        # The twin ignores the scales: it must run and write every element, and must NOT pass.
-        assert not torch.isnan(out).any() and err > 1e-1, f"{name} seed {seed}: rel err {err}"
-    assert torch.equal(first, out), f"{name} seed {seed}: not deterministic"
+    # ragged M and N, K/128 = 6 (the tail of the pair loop); the twin ignores the scales: it must run
+    # and write every element, and must NOT pass
+    assert_lever_holds(g, name, {"M": 1000, "N": 2112, "K": 768}, _seed())
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("K", [128, 384, 640])  # L = 1, 3 (odd), 5: every path of the unrolled K loop
 def test_short_and_odd_k_on_gpu(K):
     seed = _seed()
-    first, out, ref = _run_gpu({"M": 200, "N": 384, "K": K}, None, seed)
+    first, out, ref = run_twice(g, {"M": 200, "N": 384, "K": K}, None, seed)
     assert problem.rel_error(out, ref) < 3e-3, f"seed {seed}"
 
 

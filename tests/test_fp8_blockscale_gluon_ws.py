@@ -24,21 +24,17 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
 from pathlib import Path
 
 import pytest
-import torch
+from gluon_gpu import assert_lever_holds, assert_matches_oracle, run_twice
+from gluon_gpu import seed as _seed
 
 from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90_ws as w
 from skillrun_kernels.fp8_blockscale_gemm import problem
 
 RESULTS = Path(w.__file__).parent / "results"
-
-
-def _seed() -> int:
-    return int.from_bytes(os.urandom(4), "little") % 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,47 +421,23 @@ GPU_SHAPES = [(1, 7168, 2048), (16, 2112, 7168), (300, 2048, 768), (1000, 2112, 
 GPU_LEVERS = [n for n in w.ABLATIONS if n != "promote_k_64"]  # promote_k_64: pruned (ptxas serialises it)
 
 
-def _run_gpu(sd: dict, knobs: dict | None, seed: int):
-    x = problem.make_inputs(sd, seed, "cuda")
-    kl = w.build(sd, knobs, "cuda")
-    prep = kl.prepare(x)
-    out = problem.output_like(sd, "cuda").fill_(float("nan"))
-    kl.run(prep, out)
-    first = out.clone()
-    kl.run(prep, out)
-    torch.cuda.synchronize()
-    return first, out, problem.oracle(x)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("M,N,K", GPU_SHAPES)
 @pytest.mark.parametrize("knobs", [{}, {"cluster_m": 2}, {"cluster_m": 2, "epilogue_overlap": True}])
 def test_gluon_ws_matches_oracle_on_gpu(M, N, K, knobs):
-    seed = _seed()
-    first, out, ref = _run_gpu({"M": M, "N": N, "K": K}, knobs, seed)
-    err = problem.rel_error(out, ref)
-    assert err < 3e-3, f"{knobs} seed {seed}: rel err {err}"
-    assert torch.equal(first, out), f"{knobs} seed {seed}: not deterministic"
-    assert not torch.isnan(out).any(), f"{knobs} seed {seed}: unwritten elements"
+    assert_matches_oracle(w, {"M": M, "N": N, "K": K}, knobs, _seed(), f"{knobs} ")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", GPU_LEVERS)
 def test_every_lever_on_gpu(name):
-    seed = _seed()
-    sd = {"M": 1000, "N": 2112, "K": 768}  # ragged M and N; 8 row tiles of 128, odd with BM 64
-    first, out, ref = _run_gpu(sd, w.ABLATIONS[name], seed)
-    err = problem.rel_error(out, ref)
-    if w.ablation_config(name).promote:
-        assert err < 3e-3, f"{name} seed {seed}: rel err {err}"
-    else:
-        assert not torch.isnan(out).any() and err > 1e-1, f"{name} seed {seed}: rel err {err}"
-    assert torch.equal(first, out), f"{name} seed {seed}: not deterministic"
+    # ragged M and N; 8 row tiles of 128, odd with BM 64
+    assert_lever_holds(w, name, {"M": 1000, "N": 2112, "K": 768}, _seed())
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("M", [1, 129, 300])  # 1 and 3 row tiles: a cluster whose second CTA has no rows
 def test_cluster_with_an_odd_number_of_row_tiles_on_gpu(M):
     seed = _seed()
-    first, out, ref = _run_gpu({"M": M, "N": 384, "K": 640}, {"cluster_m": 2, "epilogue_overlap": True}, seed)
+    first, out, ref = run_twice(w, {"M": M, "N": 384, "K": 640}, {"cluster_m": 2, "epilogue_overlap": True}, seed)
     assert problem.rel_error(out, ref) < 3e-3, f"seed {seed}"

@@ -8,17 +8,10 @@ config rules, the launch counts and the byte-traffic model against problem.min_b
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import interp_cases
 import pytest
 
 from skillrun_kernels.fp8_blockscale_moe import problem, traffic, triton_sm90_decode as dec
-
-TESTS = Path(__file__).resolve().parent
 
 _CASES = r"""
 import json, sys
@@ -45,10 +38,7 @@ for shape, name in cases:
 
 @pytest.fixture(scope="module")
 def interp_results() -> list[dict]:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _CASES, str(TESTS)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return interp_cases.run(_CASES)
 
 
 def test_every_lever_matches_the_oracle(interp_results):

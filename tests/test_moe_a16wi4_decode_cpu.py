@@ -9,12 +9,10 @@ byte-traffic model against problem.min_bytes and the issue's 42.8 % figure, and 
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
+import interp_cases
 import numpy as np
 import pytest
 import torch
@@ -77,10 +75,7 @@ for shape in (S1, S2):
 
 @pytest.fixture(scope="module")
 def interp_results() -> list[dict]:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _CASES, str(TESTS)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return interp_cases.run(_CASES)
 
 
 def test_every_lever_matches_the_oracle(interp_results):

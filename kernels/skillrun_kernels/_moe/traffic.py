@@ -66,6 +66,54 @@ class Traffic:
         }
 
 
+def decode_layout(tr: Traffic, cfg: dict, t: int, d: int, i: int, pairs: int, act: float, w2_bytes: float,
+                  h_part: tuple[str, float], fused_tile: int) -> Traffic:
+    """What a decode variant's launch layout adds to a family's compulsory ``tr.hbm`` bytes (the knobs
+    the families' ``triton_sm90_decode`` share: ``down``, ``split_k1``, ``fuse_down``).
+
+    ``w2_bytes``: one expert's W2 with its scales; ``h_part``: the name and the bytes of h written by
+    stage 1 and read back by stage 2 (its dtype is the family's); ``fused_tile``: the N1 tile over
+    which ``fuse_down`` splits the down GEMM (one atomic partial per tile).
+    """
+    atomic = cfg.get("down", "atomic") == "atomic"
+    if cfg.get("down") == "token":
+        # every (token, slot) pair reads its expert's W2 rows: pairs - active extra expert reads
+        tr.reread = {"w2_per_token": max(0.0, pairs - act) * w2_bytes}
+    splits = int(cfg.get("split_k1", 1))
+    if cfg.get("fuse_down"):
+        # h never leaves the program; the down GEMM is split over inter_dim by N1 tiles
+        adds = pairs * d * (i / fused_tile)
+    else:
+        tr.l2[h_part[0]] = h_part[1]
+        adds = pairs * d if atomic else 0.0
+        if splits > 1:
+            tr.l2["splitk_partials_write_read"] = 2 * 4.0 * splits * pairs * 2 * i
+    if atomic:
+        tr.l2["acc_fp32_zero"] = 4.0 * t * d
+        tr.l2["acc_fp32_atomic_rmw"] = 8.0 * adds
+        tr.l2["acc_fp32_cast_read"] = 4.0 * t * d
+    tr.counts = {"active_experts": act, "pairs": pairs, "atomic_adds": adds}
+    return tr
+
+
+def roof_functions(bytes_moved):
+    """``(roof_time_us, percent_of_roof)`` of a family whose ``bytes_moved(shape, config,
+    active_experts)`` returns a call's :class:`Traffic`: both judge the call's ``hbm`` bytes."""
+
+    def roof_time_us(shape: dict, config: dict | None = None, copy_tbps: float = H200_COPY_TBPS,
+                     active_experts: float | None = None) -> float:
+        """The floor of a call: its compulsory DRAM bytes at the copy roof (us)."""
+        return roof_us(bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
+
+    def percent_of_call_roof(time_us: float, shape: dict, config: dict | None = None,
+                             copy_tbps: float = H200_COPY_TBPS, active_experts: float | None = None) -> float:
+        """% of the copy roof a measured call time reaches."""
+        return percent_of_roof(time_us, bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
+
+    percent_of_call_roof.__name__ = percent_of_call_roof.__qualname__ = "percent_of_roof"
+    return roof_time_us, percent_of_call_roof
+
+
 def roof_us(nbytes: float, copy_tbps: float = H200_COPY_TBPS) -> float:
     """Microseconds ``nbytes`` take at ``copy_tbps`` TB/s (the copy roof)."""
     if copy_tbps <= 0:

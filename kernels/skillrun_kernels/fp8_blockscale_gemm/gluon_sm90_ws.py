@@ -43,19 +43,19 @@ Nothing here has run on a GPU: every fact about it is compile-only (``compile_on
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from skillrun_kernels.fp8_blockscale_gemm import gluon_sm90 as _g1
 from skillrun_kernels.fp8_blockscale_gemm import problem
 from skillrun_kernels.protocol import KernelLaunch, UnsupportedShape
 
-BK = problem.BLOCK  # 128
-WG_M = 64
+# the ring, partitions and register budget are gluon_sm90's: its constants, its Config arithmetic
+BK = _g1.BK  # 128: the scale block along K, one ring slot
+WG_M = _g1.WG_M
 KERNEL_NAME = "_fp8_blockscale_gemm_gluon_ws_sm90"
 SM90_SMEM_LIMIT = _g1.SM90_SMEM_LIMIT
 REGISTER_FILE = _g1.REGISTER_FILE
-_BARRIER_BYTES = 8
 # The cluster launch and the allocation read use Triton internals of this version (the H200's).
 TRITON_TESTED = "3.6.0"
 check_problem = _g1.check_problem
@@ -68,7 +68,8 @@ prepared_a_scales = _g1.prepared_a_scales
 
 @dataclass(frozen=True)
 class Config:
-    """One compile-time variant plus its launch knobs. Field names are what cards write."""
+    """One compile-time variant plus its launch knobs. Field names are what cards write. The tile,
+    register-budget and shared-memory arithmetic is gluon_sm90.Config's (same partitions, same ring)."""
 
     BN: int = 128
     consumers: int = 2
@@ -82,32 +83,14 @@ class Config:
     epilogue_overlap: bool = False
     promote_k: int = 128
 
-    @property
-    def BM(self) -> int:
-        return WG_M * self.consumers
-
-    @property
-    def SUB_N(self) -> int:
-        return min(self.BN, BK)
-
-    @property
-    def NSUB(self) -> int:
-        return self.BN // self.SUB_N
-
-    @property
-    def regs(self) -> int:
-        if self.consumer_regs:
-            return self.consumer_regs
-        return 232 if self.consumers == 2 else 240
-
-    @property
-    def maxnreg(self) -> int:
-        threads = 128 * (self.consumers + 1)
-        return min(248, (REGISTER_FILE // threads) // 8 * 8)
-
-    @property
-    def producer_regs(self) -> int:
-        return self.maxnreg * (self.consumers + 1) - self.regs * self.consumers
+    BM = _g1.Config.BM
+    SUB_N = _g1.Config.SUB_N
+    NSUB = _g1.Config.NSUB
+    regs = _g1.Config.regs
+    maxnreg = _g1.Config.maxnreg
+    producer_regs = _g1.Config.producer_regs
+    smem_bytes = _g1.Config.smem_bytes
+    as_dict = _g1.Config.as_dict
 
     @property
     def stream(self) -> bool:
@@ -173,20 +156,9 @@ class Config:
                 f"sm_90 limit of {SM90_SMEM_LIMIT}; use fewer stages")
 
     def register_estimate(self) -> int:
-        """Live fp32 registers per consumer thread: accumulator + partials + ~32 for addressing and
-        scales (+8 in the stream: the next block's cursor and scales ride along)."""
-        acc = self.BM // self.consumers * self.BN // 128
-        partial = WG_M * self.SUB_N // 128
-        live = 0 if not self.promote else (1 + self.async_depth)
-        return acc + live * partial + 32 + (8 if self.stream else 0)
-
-    def smem_bytes(self) -> int:
-        ring = self.stages * (self.BM * BK + self.BN * BK + 4 * self.BM)
-        staging = self.consumers * self.NSUB * WG_M * self.SUB_N * 2
-        return ring + staging + 2 * self.stages * _BARRIER_BYTES
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+        """gluon_sm90's estimate of the live fp32 registers per consumer thread (accumulator + partials
+        + ~32 for addressing and scales), +8 in the stream: the next block's cursor and scales ride along."""
+        return _g1.Config.register_estimate(self) + (8 if self.stream else 0)
 
 
 def default_config(shape: dict) -> Config:
@@ -311,6 +283,12 @@ if GLUON_IMPORT_ERROR is None:
         return gl.inline_asm_elementwise(_ASM_CLUSTER_SYNC, "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _meet_cluster(CLUSTER: gl.constexpr):
+        # Under a 2x1 cluster every partition meets the cluster barrier once, after the barrier inits.
+        if CLUSTER == 2:
+            _cluster_sync(gl.program_id(0))
+
+    @gluon.jit
     def _rank(CLUSTER: gl.constexpr):
         # The CTA's rank in its cluster (= program id mod CLUSTER for the 1-D grid), read where used.
         if CLUSTER == 2:
@@ -338,6 +316,21 @@ if GLUON_IMPORT_ERROR is None:
         return pm * CLUSTER + _rank(CLUSTER), pn
 
     @gluon.jit
+    def _walk(M, N, BM: gl.constexpr, BN: gl.constexpr, CLUSTER: gl.constexpr):
+        # A partition's walk over the work units: (its first unit, the stride, the CTA's rank in its
+        # cluster, row tiles, column tiles, units).
+        walker, walkers, rank = _cta(CLUSTER)
+        num_pid_m = gl.cdiv(M, BM)
+        num_pid_n = gl.cdiv(N, BN)
+        return walker, walkers, rank, num_pid_m, num_pid_n, gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+
+    @gluon.jit
+    def _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM: gl.constexpr, BN: gl.constexpr, CLUSTER: gl.constexpr):
+        # (first row, first column) of the CTA's tile of a work unit.
+        pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
+        return pid_m * BM, pid_n * BN
+
+    @gluon.jit
     def _release(empty, slot, empty_off, FENCE: gl.constexpr, CLUSTER: gl.constexpr):
         # FENCE: the A scales were read from the slot by a generic-proxy load, and the producer's next
         # write to it is a TMA (async proxy): fence so the two are ordered across the arrive.
@@ -357,20 +350,14 @@ if GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _producer(b_desc, a_desc, sa_desc, a_ring, b_ring, sa_ring, ready, empty, M, N, L, GROUP_M, B_OFF, READY_OFF,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CLUSTER: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
-        walker, walkers, rank = _cta(CLUSTER)
-        num_pid_m = gl.cdiv(M, BM)
-        num_pid_n = gl.cdiv(N, BN)
-        units = gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+        _meet_cluster(CLUSTER)
+        walker, walkers, rank, num_pid_m, num_pid_n, units = _walk(M, N, BM, BN, CLUSTER)
         nbytes: gl.constexpr = BM * 128 + BN * 128 + 4 * BM
         HALF: gl.constexpr = BN // CLUSTER
         slot = 0
         phase = 0
         for unit in range(walker, units, walkers):
-            pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
-            off_m = pid_m * BM
-            off_n = pid_n * BN
+            off_m, off_n = _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM, BN, CLUSTER)
             for kb in range(L):
                 mbarrier.wait(empty.index(slot), phase ^ 1)
                 bar = ready.index(slot)
@@ -443,6 +430,34 @@ if GLUON_IMPORT_ERROR is None:
             acc = gl.zeros_like(acc)
         return acc
 
+    @gluon.jit
+    def _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p, WG: gl.constexpr, STAGES: gl.constexpr,
+                 PK: gl.constexpr, row_layout: gl.constexpr):
+        # The next block of the ring: wait for it, read its A-scale rows, issue its (first) wgmma group
+        # into the partial p. Returns (A scales, wgmma token, the block's slot, the ring cursor moved on).
+        mbarrier.wait(ready.index(slot), phase)
+        sa = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
+        tok = _issue(a_ring, b_ring, slot, p, WG, 0, PK)
+        nslot, nphase = _advance(slot, phase, STAGES)
+        return sa, tok, slot, nslot, nphase
+
+    @gluon.jit
+    def _retire(tok, slot, sa, sb, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L, num_pid_m,
+                num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                CLUSTER: gl.constexpr):
+        # The promotion unit issued before the last one: wait for it (the last stays in flight), release
+        # its slot, read the B scale of the issue cursor's block (after the release's fence, so the fence
+        # never waits on it) and move that cursor on, promote the unit into acc, and write the tile if it
+        # was the tile's last K block. Returns (its partial, the B scale, both cursors, acc).
+        p = warpgroup_mma_wait(1, deps=(tok,))
+        _release(empty, slot, EMPTY_OFF, True, CLUSTER)
+        sb_next = gl.load(sb_ptr + row_i + kb_i)
+        kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN, CLUSTER)
+        acc = _pinned(gl.fma(p, (sa * sb)[:, None], acc))
+        acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
+        kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+        return p, sb_next, kb_i, unit_i, row_i, acc, kb_p, unit_p
+
     # ---- consumer stream, async depth 1: a stream of K blocks over `ntiles` tiles; each block's wgmma
     # group runs while the previous one is promoted. Called once per tile (the design point: the
     # tile's last block drains before its epilogue) or once for all of a CTA's tiles
@@ -471,11 +486,8 @@ if GLUON_IMPORT_ERROR is None:
         kb_p = 0
         unit_p = first
         # block 0 (its first promotion unit) -> p_a
-        mbarrier.wait(ready.index(slot), phase)
-        sa_a = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-        tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-        slot_a = slot
-        slot, phase = _advance(slot, phase, STAGES)
+        sa_a, tok_a, slot_a, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG, STAGES, PK,
+                                                    row_layout)
         sb_a = gl.load(sb_ptr + row_i + kb_i)
         kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN, CLUSTER)
         if PK == 128:
@@ -484,39 +496,20 @@ if GLUON_IMPORT_ERROR is None:
             slot_b = slot_a
             # Pairs of blocks (2j+1 -> p_b, 2j+2 -> p_a), unrolled so p_a and p_b never swap registers.
             for j in range((nblk - 1) // 2):
-                mbarrier.wait(ready.index(slot), phase)
-                sa_b = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_b = _issue(a_ring, b_ring, slot, p_b, WG, 0, PK)
-                slot_b = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_a = warpgroup_mma_wait(1, deps=(tok_a,))
-                _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
-                sb_b = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
-
-                mbarrier.wait(ready.index(slot), phase)
-                sa_a = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-                slot_a = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_b = warpgroup_mma_wait(1, deps=(tok_b,))
-                _release(empty, slot_b, EMPTY_OFF, True, CLUSTER)
-                sb_a = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_b, (sa_b * sb_b)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+                # issue the next block into p_b while p_a's is retired, then the one after into p_a
+                sa_b, tok_b, slot_b, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_b, WG,
+                                                            STAGES, PK, row_layout)
+                p_a, sb_b, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_a, slot_a, sa_a, sb_a, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
+                sa_a, tok_a, slot_a, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG,
+                                                            STAGES, PK, row_layout)
+                p_b, sb_a, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_b, slot_b, sa_b, sb_b, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
             if nblk % 2 == 0:
-                mbarrier.wait(ready.index(slot), phase)
-                sa_b = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_b = _issue(a_ring, b_ring, slot, p_b, WG, 0, PK)
-                slot_b = slot
-                slot, phase = _advance(slot, phase, STAGES)
+                sa_b, tok_b, slot_b, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_b, WG,
+                                                            STAGES, PK, row_layout)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))
                 _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
                 sb_b = gl.load(sb_ptr + row_i + kb_i)
@@ -539,19 +532,11 @@ if GLUON_IMPORT_ERROR is None:
                 tok_b = _issue(a_ring, b_ring, slot_a, p_b, WG, 1, PK)
                 p_a = warpgroup_mma_wait(1, deps=(tok_a,))
                 acc = _pinned(gl.fma(p_a, (sa_a * sb_a)[:, None], acc))
-                mbarrier.wait(ready.index(slot), phase)
-                sa_n = sa_ring.index(slot).slice(WG * 64, 64).load(row_layout)
-                tok_a = _issue(a_ring, b_ring, slot, p_a, WG, 0, PK)
-                slot_n = slot
-                slot, phase = _advance(slot, phase, STAGES)
-                p_b = warpgroup_mma_wait(1, deps=(tok_b,))
-                _release(empty, slot_a, EMPTY_OFF, True, CLUSTER)
-                sb_n = gl.load(sb_ptr + row_i + kb_i)
-                kb_i, unit_i, row_i = _issue_next(kb_i, unit_i, row_i, step, L, num_pid_m, num_pid_n, GROUP_M, BN,
-                                                  CLUSTER)
-                acc = _pinned(gl.fma(p_b, (sa_a * sb_a)[:, None], acc))
-                acc = _finish(acc, kb_p, unit_p, L, c_desc, c_smem, num_pid_m, num_pid_n, GROUP_M, WG, BM, BN, CLUSTER)
-                kb_p, unit_p = _promote_next(kb_p, unit_p, step, L)
+                sa_n, tok_a, slot_n, slot, phase = _acquire(a_ring, b_ring, sa_ring, ready, slot, phase, p_a, WG,
+                                                            STAGES, PK, row_layout)
+                p_b, sb_n, kb_i, unit_i, row_i, acc, kb_p, unit_p = _retire(
+                    tok_b, slot_a, sa_a, sb_a, acc, kb_i, unit_i, row_i, kb_p, unit_p, empty, sb_ptr, step, L,
+                    num_pid_m, num_pid_n, GROUP_M, EMPTY_OFF, c_desc, c_smem, WG, BM, BN, CLUSTER)
                 sa_a = sa_n
                 sb_a = sb_n
                 slot_a = slot_n
@@ -569,8 +554,7 @@ if GLUON_IMPORT_ERROR is None:
     def _consumer_stream(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M, EMPTY_OFF,
                          WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                          CLUSTER: gl.constexpr, OVERLAP: gl.constexpr, PK: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
+        _meet_cluster(CLUSTER)
         walker, walkers, rank = _cta(CLUSTER)
         units = gl.cdiv(gl.cdiv(M, BM), CLUSTER) * gl.cdiv(N, BN)
         c_smem = c_bufs.index(WG)
@@ -600,23 +584,17 @@ if GLUON_IMPORT_ERROR is None:
     def _consumer_serial(a_ring, b_ring, sa_ring, ready, empty, c_desc, c_bufs, sb_ptr, M, N, L, GROUP_M, EMPTY_OFF,
                          WG: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                          ASYNC: gl.constexpr, PROMOTE: gl.constexpr, CLUSTER: gl.constexpr):
-        if CLUSTER == 2:
-            _cluster_sync(gl.program_id(0))
+        _meet_cluster(CLUSTER)
         SUB_N: gl.constexpr = 128 if BN > 128 else BN
         NSUB: gl.constexpr = BN // SUB_N
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUB_N, 32])
         row_layout: gl.constexpr = gl.SliceLayout(1, mma)
-        walker, walkers, rank = _cta(CLUSTER)
-        num_pid_m = gl.cdiv(M, BM)
-        num_pid_n = gl.cdiv(N, BN)
-        units = gl.cdiv(num_pid_m, CLUSTER) * num_pid_n
+        walker, walkers, rank, num_pid_m, num_pid_n, units = _walk(M, N, BM, BN, CLUSTER)
         p = gl.zeros([64, SUB_N], gl.float32, mma)
         slot = 0
         phase = 0
         for unit in range(walker, units, walkers):
-            pid_m, pid_n = _tile_of(unit, num_pid_m, num_pid_n, GROUP_M, CLUSTER)
-            off_m = pid_m * BM
-            off_n = pid_n * BN
+            off_m, off_n = _origin(unit, num_pid_m, num_pid_n, GROUP_M, BM, BN, CLUSTER)
             acc0 = gl.zeros([64, SUB_N], gl.float32, mma)
             acc1 = gl.zeros([64, SUB_N], gl.float32, mma)
             for kb in range(L):
@@ -724,16 +702,12 @@ if GLUON_IMPORT_ERROR is None:
 
 
 def _layouts(cfg: Config) -> dict:
+    """gluon_sm90's shared layouts, B's for the rows one CTA's copy brings (half the tile under a 2x1 cluster)."""
     from triton.experimental.gluon import language as gl
 
-    half = cfg.BN // cfg.cluster_m  # the rows of B one CTA's copy brings
-    return {
-        "a": gl.NVMMASharedLayout.get_default_for([cfg.BM, BK], gl.float8e4nv),
-        "b": gl.NVMMASharedLayout.get_default_for([half, BK], gl.float8e4nv),
-        "b_block": [half, BK],
-        "sa": gl.NVMMASharedLayout.get_default_for([1, cfg.BM], gl.float32),
-        "c": gl.NVMMASharedLayout.get_default_for([WG_M, cfg.SUB_N], gl.bfloat16),
-    }
+    half = cfg.BN // cfg.cluster_m
+    return {**_g1._layouts(cfg), "b": gl.NVMMASharedLayout.get_default_for([half, BK], gl.float8e4nv),
+            "b_block": [half, BK]}
 
 
 def constexprs(cfg: Config) -> dict:
@@ -811,36 +785,19 @@ def barrier_init_offsets(ptx: str) -> list[int]:
     return sorted(out + [int(x) for x in m2])
 
 
-_SM_COUNT: dict[int, int] = {}
-
-
-def _sm_count(device) -> int:
-    import torch
-
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+_sm_count = _g1._sm_count
 
 
 def prepare_operands(inputs: dict, cfg: Config) -> dict:
-    """TMA descriptors over A, B (a half tile per CTA under a cluster) and the transposed, 16-byte
-    pitched A scales; the B scales row-major (ceil(N/128), K/128) fp32."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    """gluon_sm90's operands (TMA descriptors over A, B and the transposed, 16-byte pitched A scales;
+    the B scales row-major (ceil(N/128), K/128) fp32), B's descriptor a half tile per CTA under a cluster."""
+    prep = _g1.prepare_operands(inputs, cfg)
+    if cfg.cluster_m > 1:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    a, b = inputs["a"].contiguous(), inputs["b"].contiguous()
-    M, K = a.shape
-    N = b.shape[0]
-    lay = _layouts(cfg)
-    sa_t = prepared_a_scales(inputs["a_scale"], M)
-    sb = inputs["b_scale"].float().contiguous()
-    return {
-        "a": a, "b": b, "sa_t": sa_t, "sb": sb, "M": M, "N": N, "K": K,
-        "a_desc": TensorDescriptor(a, [M, K], [K, 1], [cfg.BM, BK], lay["a"]),
-        "b_desc": TensorDescriptor(b, [N, K], [K, 1], lay["b_block"], lay["b"]),
-        "sa_desc": TensorDescriptor(sa_t, list(sa_t.shape), [sa_t.shape[1], 1], [1, cfg.BM], lay["sa"]),
-        "c_layout": lay["c"],
-    }
+        lay = _layouts(cfg)
+        prep["b_desc"] = TensorDescriptor(prep["b"], [prep["N"], prep["K"]], [prep["K"], 1], lay["b_block"], lay["b"])
+    return prep
 
 
 # (kernel hash, cluster size) -> clusters co-resident on this device (cuOccupancyMaxActiveClusters),

@@ -12,7 +12,7 @@ with fp32 atomics, cast). Its ``hbm`` part equals ``problem.min_bytes`` for ever
 from __future__ import annotations
 
 from skillrun_kernels._moe import traffic as common
-from skillrun_kernels._moe.traffic import H200_COPY_TBPS, Traffic, roof_us
+from skillrun_kernels._moe.traffic import Traffic
 
 from . import problem
 
@@ -32,31 +32,12 @@ def bytes_moved(shape: dict, config: dict | None = None, active_experts: float |
     tr = Traffic()
     tr.hbm = {"w1_fp8": act * w1, "w1_scales": act * s1, "w2_fp8": act * w2, "w2_scales": act * s2,
               "a_fp8": 1.0 * t * d, "a_scales": 4.0 * t * d / BLOCK, "out_bf16": 2.0 * t * d, "routing": 8.0 * pairs}
-    if cfg.get("down") == "token":
-        tr.reread = {"w2_per_token": max(0.0, pairs - act) * (w2 + s2)}
-    splits = int(cfg.get("split_k1", 1))
-    if cfg.get("fuse_down"):
-        adds = pairs * d * (i / BLOCK)  # one partial per 128-column tile of h
-    else:
-        tr.l2["h_fp8_write_read"] = 2 * (1.0 * pairs * i + 4.0 * pairs * i / BLOCK)
-        adds = pairs * d if cfg.get("down", "atomic") == "atomic" else 0.0
-        if splits > 1:
-            tr.l2["splitk_partials_write_read"] = 2 * 4.0 * splits * pairs * 2 * i
-    if cfg.get("down", "atomic") == "atomic":
-        tr.l2["acc_fp32_zero"] = 4.0 * t * d
-        tr.l2["acc_fp32_atomic_rmw"] = 8.0 * adds
-        tr.l2["acc_fp32_cast_read"] = 4.0 * t * d
-    tr.counts = {"active_experts": act, "pairs": pairs, "atomic_adds": adds}
-    return tr
+    # h in fp8 with its 1x128 scales; fuse_down's N1 tile is one 128-column quantization group
+    return common.decode_layout(tr, cfg, t, d, i, pairs, act, w2 + s2,
+                                ("h_fp8_write_read", 2 * (1.0 * pairs * i + 4.0 * pairs * i / BLOCK)), BLOCK)
 
 
-def roof_time_us(shape: dict, config: dict | None = None, copy_tbps: float = H200_COPY_TBPS,
-                 active_experts: float | None = None) -> float:
-    """The floor of a call: its compulsory DRAM bytes at the copy roof (us)."""
-    return roof_us(bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
-
-
-def percent_of_roof(time_us: float, shape: dict, config: dict | None = None, copy_tbps: float = H200_COPY_TBPS,
-                    active_experts: float | None = None) -> float:
-    """% of the copy roof a measured call time reaches (issue 41's target: >= 75 at decode)."""
-    return common.percent_of_roof(time_us, bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
+# roof_time_us(shape, config=None, copy_tbps, active_experts): the floor of a call, its compulsory DRAM
+# bytes at the copy roof (us); percent_of_roof(time_us, shape, ...): % of the copy roof a measured call
+# time reaches (issue 41's target: >= 75 at decode)
+roof_time_us, percent_of_roof = common.roof_functions(bytes_moved)

@@ -33,9 +33,11 @@ import torch
 import triton
 import triton.language as tl
 
-from skillrun_kernels._moe.triton_decode import (ROUTE_ONE_MAX_PAIRS, block_rows, device_sms, grid_size, item_coords,
-                                                 route_one, split_k_steps, zero_share)
-from skillrun_kernels.moe_a16wi4.triton_sm90 import align_by_expert
+from skillrun_kernels._moe.triton_decode import (ROUTING_TYPES, acc_tile, add_rows, cast_bf16, choice_problems,
+                                                 describe, device_sms, expert_items, fp32_buffer, grid_constexprs,
+                                                 grid_size, item_range, item_rows, kernel_facts, launch_cast,
+                                                 launch_zero, launches, layout_levers, route, silu_mul, split_k_steps,
+                                                 store_partials, tile_index, zero_fill, zero_share)
 from skillrun_kernels.protocol import KernelLaunch
 
 from . import problem
@@ -63,12 +65,8 @@ def _gate_up_tile(a_ptr, as_ptr, w_ptr, ws_ptr, e, tok, rvalid, n0, kb_first, kb
                   stride_at, stride_ast, stride_we, stride_wn, stride_wse, stride_wsn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP: tl.constexpr):
     """Gate and up fp32 accumulators of one (expert block, N tile of BLOCK_N <= 128 rows) over K blocks."""
-    if SWAP:
-        acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    else:
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_g = acc_tile(BLOCK_M, BLOCK_N, SWAP)
+    acc_u = acc_tile(BLOCK_M, BLOCK_N, SWAP)
     offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     wg = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
@@ -112,37 +110,25 @@ def _moe_fp8bsd_gate_up_kernel(
     SWAP: tl.constexpr, SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
 ):
     zero_share(zero_ptr, zero_numel, zero_per_prog)
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = I // BLOCK_N
-    n_items = blocks * n_tiles * SPLIT_K
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, I, BLOCK_N, SPLIT_K, BLOCK_M)
     k_blocks = D // BLOCK_K
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                              BLOCK_M, SPLIT_K, N_MAJOR)
             kb_first = s * k_per_split
             kb_last = tl.minimum(kb_first + k_per_split, k_blocks)
             acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w_ptr, ws_ptr, e, pair // TOPK, rvalid, n * BLOCK_N, kb_first, kb_last, I,
                                          stride_at, stride_ast, stride_we, stride_wn, stride_wse, stride_wsn,
                                          BLOCK_M, BLOCK_N, BLOCK_K, SWAP)
             offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
-            if SWAP:
-                cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
-            else:
-                cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
+            cols, prow, pmask = tile_index(offs_n, pair, rvalid, SWAP)
             if SPLIT_K > 1:
-                base = part_ptr + s * stride_ps + prow * (2 * I) + cols
-                tl.store(base, acc_g, mask=pmask)
-                tl.store(base + I, acc_u, mask=pmask)
+                store_partials(part_ptr, s, stride_ps, prow, cols, pmask, I, acc_g, acc_u)
             else:
-                q, scale = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
+                q, scale = _quant_rows(silu_mul(acc_g, acc_u), SWAP)
                 tl.store(h_ptr + prow * stride_ht + cols, q.to(h_ptr.dtype.element_ty), mask=pmask)
                 tl.store(hs_ptr + pair * stride_hst + n, scale, mask=rvalid)
 
@@ -160,7 +146,7 @@ def _moe_fp8bsd_splitk_quant_kernel(part_ptr, h_ptr, hs_ptr, pairs, I, stride_ht
         base = part_ptr + s * stride_ps + row * (2 * I) + offs
         g += tl.load(base)
         u += tl.load(base + I)
-    h = g / (1.0 + tl.exp(-g)) * u
+    h = silu_mul(g, u)
     scale = tl.maximum(tl.max(tl.abs(h), axis=0), 1e-12) / 448.0
     q = tl.minimum(tl.maximum(h / scale, -448.0), 448.0)
     tl.store(h_ptr + row * stride_ht + offs, q.to(h_ptr.dtype.element_ty))
@@ -178,28 +164,18 @@ def _moe_fp8bsd_down_kernel(
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SWAP: tl.constexpr, PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
 ):
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = D // BLOCK_N
-    n_items = blocks * n_tiles
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, D, BLOCK_N, 1, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, _s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                               BLOCK_M, 1, N_MAJOR)
             offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
             w_rows = w_ptr + e * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
             s_row = ws_ptr + e * stride_wse + ((n * BLOCK_N) // BLOCK_K) * stride_wsn
-            if SWAP:
-                acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-            else:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = acc_tile(BLOCK_M, BLOCK_N, SWAP)
             for kb in range(0, I // BLOCK_K):
                 k0 = kb * BLOCK_K
                 a = tl.load(h_ptr + pair[:, None] * stride_ht + (k0 + offs_k)[None, :], mask=rvalid[:, None], other=0.0)
@@ -207,13 +183,7 @@ def _moe_fp8bsd_down_kernel(
                 w = tl.load(w_rows + (k0 + offs_k)[None, :])
                 acc = _promote(acc, a, w, sa, tl.load(s_row + kb), SWAP)
             wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-            tok = pair // TOPK
-            if SWAP:
-                tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
-                              mask=rvalid[None, :], sem="relaxed")
-            else:
-                tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
-                              mask=rvalid[:, None], sem="relaxed")
+            add_rows(acc_ptr, stride_at, pair // TOPK, offs_n, acc, wt, rvalid, SWAP)
 
 
 @triton.jit
@@ -258,25 +228,18 @@ def _moe_fp8bsd_fused_kernel(
     """Gate/up + SiLU + 1x128 quantization + down for one (expert block, 128-column N1 tile): the tile
     is one quantization group of h, then one K block of the down GEMM, added into acc atomically (acc
     zeroed by ``_moe_fp8bsd_zero_kernel`` before this launch)."""
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = I // BLOCK_K
-    n_items = blocks * n_tiles
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, I, BLOCK_K, 1, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, _s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                               BLOCK_M, 1, N_MAJOR)
             acc_g, acc_u = _gate_up_tile(a_ptr, as_ptr, w1_ptr, w1s_ptr, e, pair // TOPK, rvalid, n * BLOCK_K, 0, D // BLOCK_K, I,
                                          stride_at, stride_ast, stride_w1e, stride_w1n, stride_w1se, stride_w1sn,
                                          BLOCK_M, BLOCK_K, BLOCK_K, SWAP)
-            q, hs = _quant_rows(acc_g / (1.0 + tl.exp(-acc_g)) * acc_u, SWAP)
+            q, hs = _quant_rows(silu_mul(acc_g, acc_u), SWAP)
             hq = q.to(a_ptr.dtype.element_ty)  # h's fp8 codes: (128, BM) when SWAP, else (BM, 128)
             wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
             tok = pair // TOPK
@@ -293,17 +256,15 @@ def _moe_fp8bsd_fused_kernel(
                     tl.atomic_add(acc_ptr + tok[:, None] * stride_acc + offs_d[None, :], y, mask=rvalid[:, None], sem="relaxed")
 
 
+# the family's names for the shared zero and cast kernels (EXPECT_KERNELS)
 @triton.jit(do_not_specialize=["n"])
 def _moe_fp8bsd_zero_kernel(dst_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst_ptr + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=offs < n)
+    zero_fill(dst_ptr, n, BLOCK)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _moe_fp8bsd_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n
-    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=ok).to(tl.bfloat16), mask=ok)
+    cast_bf16(src_ptr, dst_ptr, n, BLOCK)
 
 
 # --------------------------------------------------------------------------------------------- configs
@@ -317,21 +278,13 @@ BASE = {
 ABLATIONS = {
     "base": dict(BASE),
     "swap_ab": {**BASE, "swap_ab": True, "warps1": 4, "BLOCK_N2": 128},
-    "split_k4": {**BASE, "split_k1": 4},
-    "persistent": {**BASE, "persistent": True},
-    "n_major": {**BASE, "tile_order": "n_major"},
-    "route_one": {**BASE, "route": "one"},
-    "down_token": {**BASE, "down": "token", "BLOCK_N2": 32},
-    "fuse_down": {**BASE, "fuse_down": True, "BLOCK_N2": 64},
+    **layout_levers(BASE),  # split_k4, persistent, n_major, route_one, down_token, fuse_down
     # 1 token: 128 stage-1 programs for 132 SMs -> split K; launches: one routing, no cast
     "t1": {**BASE, "swap_ab": True, "warps1": 4, "BLOCK_N2": 128, "split_k1": 4, "route": "one"},
     "t1_fused": {**BASE, "swap_ab": True, "warps1": 4, "fuse_down": True, "BLOCK_N2": 128, "route": "one"},
     # 16 tokens: ~102 experts, ~1800 stage-1 items: persistent grid, one routing launch
     "t16": {**BASE, "swap_ab": True, "warps1": 4, "BLOCK_N2": 128, "persistent": True, "route": "one"},
 }
-TILE_ORDERS = ("expert_major", "n_major")
-ROUTES = ("two", "one")
-DOWNS = ("atomic", "token")
 
 
 def check_config(cfg: dict, shape: dict) -> None:
@@ -360,12 +313,7 @@ def check_config(cfg: dict, shape: dict) -> None:
         p.append("fuse_down needs split_k1 = 1 (SiLU and the quantization need the whole K sum)")
     if cfg["fuse_down"] and cfg["down"] != "atomic":
         p.append("fuse_down adds into the fp32 accumulator: down must be 'atomic'")
-    if cfg["tile_order"] not in TILE_ORDERS:
-        p.append(f"tile_order must be one of {TILE_ORDERS}, got {cfg['tile_order']!r}")
-    if cfg["route"] not in ROUTES:
-        p.append(f"route must be one of {ROUTES}, got {cfg['route']!r}")
-    if cfg["down"] not in DOWNS:
-        p.append(f"down must be one of {DOWNS}, got {cfg['down']!r}")
+    p += choice_problems(cfg, "tile_order", "route", "down")
     if not 1 <= cfg["ctas_per_sm"] <= 16:
         p.append(f"ctas_per_sm must be in 1..16, got {cfg['ctas_per_sm']}")
     if p:
@@ -376,22 +324,6 @@ def resolve_config(shape: dict, config: dict | None) -> dict:
     cfg = {**BASE, **(config or {})}
     check_config(cfg, shape)
     return cfg
-
-
-def one_launch_routing(cfg: dict, pairs: int) -> bool:
-    """route 'one' routes in one launch where it can (tokens x topk <= ROUTE_ONE_MAX_PAIRS), else in two."""
-    return cfg["route"] == "one" and pairs <= ROUTE_ONE_MAX_PAIRS
-
-
-def launches(cfg: dict, pairs: int = 1) -> int:
-    """Kernel launches per layer call of ``pairs`` (token, slot) pairs."""
-    n = (1 if one_launch_routing(cfg, pairs) else 2) + 1
-    if cfg["split_k1"] > 1:
-        n += 1
-    n += 1  # down, or the accumulator's zeroing before the fused launch
-    if cfg["down"] == "atomic":
-        n += 1  # cast
-    return n
 
 
 def moe_fp8_blockscale_decode(a, a_scale, w1, w1_scale, w2, w2_scale, topk_ids, topk_weights, out, cfg: dict,
@@ -406,33 +338,32 @@ def moe_fp8_blockscale_decode(a, a_scale, w1, w1_scale, w2, w2_scale, topk_ids, 
     a, a_scale = a.contiguous(), a_scale.contiguous()
     wts = topk_weights.to(torch.float32).contiguous()
     bm = cfg["BLOCK_M"]
-    routing = route_one(topk_ids, e, bm) if one_launch_routing(cfg, topk_ids.numel()) else align_by_expert(topk_ids, e, bm)
-    order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major"}
+    routing = route(topk_ids, e, bm, cfg)
+    grid_knobs = grid_constexprs(cfg)
     rt = (routing.sorted_ids, routing.block_expert, routing.valid_end, routing.num_rows)
     atomic = cfg["down"] == "atomic"
-    acc = torch.empty(t, d, dtype=torch.float32, device=dev) if atomic else torch.empty(1, dtype=torch.float32, device=dev)
+    acc = fp32_buffer((t, d), atomic, dev)
     if cfg["fuse_down"]:
-        _moe_fp8bsd_zero_kernel[(triton.cdiv(acc.numel(), 2048),)](acc, acc.numel(), BLOCK=2048, num_warps=4)
+        launch_zero(_moe_fp8bsd_zero_kernel, acc)
         grid = grid_size(routing.max_blocks * (inter // BLOCK_K), cfg, sms)
         _moe_fp8bsd_fused_kernel[(grid,)](
             a, a_scale, w1, w1_scale, w2, w2_scale, acc, wts, *rt, d, inter,
             a.stride(0), a_scale.stride(0), w1.stride(0), w1.stride(1), w1_scale.stride(0), w1_scale.stride(1),
             w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), acc.stride(0),
-            TOPK=topk, BLOCK_M=bm, BLOCK_K=BLOCK_K, BLOCK_N2=cfg["BLOCK_N2"], SWAP=cfg["swap_ab"], **order,
+            TOPK=topk, BLOCK_M=bm, BLOCK_K=BLOCK_K, BLOCK_N2=cfg["BLOCK_N2"], SWAP=cfg["swap_ab"], **grid_knobs,
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
     else:
         h = torch.empty(t * topk, inter, dtype=a.dtype, device=dev)
         hs = torch.empty(t * topk, inter // BLOCK_K, dtype=torch.float32, device=dev)
         per, splits = split_k_steps(d, BLOCK_K, cfg["split_k1"])
-        part = (torch.empty(splits, t * topk, 2 * inter, dtype=torch.float32, device=dev) if splits > 1
-                else torch.empty(1, dtype=torch.float32, device=dev))
+        part = fp32_buffer((splits, t * topk, 2 * inter), splits > 1, dev)
         zero_numel = acc.numel() if atomic else 0
         grid = grid_size(routing.max_blocks * (inter // BLOCK_K) * splits, cfg, sms)
         _moe_fp8bsd_gate_up_kernel[(grid,)](
             a, a_scale, w1, w1_scale, h, hs, part, acc, *rt, d, inter, zero_numel, triton.cdiv(zero_numel, grid), per,
             a.stride(0), a_scale.stride(0), w1.stride(0), w1.stride(1), w1_scale.stride(0), w1_scale.stride(1),
             h.stride(0), hs.stride(0), t * topk * 2 * inter,
-            TOPK=topk, BLOCK_M=bm, BLOCK_N=BLOCK_K, BLOCK_K=BLOCK_K, SWAP=cfg["swap_ab"], SPLIT_K=splits, **order,
+            TOPK=topk, BLOCK_M=bm, BLOCK_N=BLOCK_K, BLOCK_K=BLOCK_K, SWAP=cfg["swap_ab"], SPLIT_K=splits, **grid_knobs,
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
         if splits > 1:
             _moe_fp8bsd_splitk_quant_kernel[(t * topk, inter // BLOCK_K)](
@@ -443,7 +374,7 @@ def moe_fp8_blockscale_decode(a, a_scale, w1, w1_scale, w2, w2_scale, topk_ids, 
             _moe_fp8bsd_down_kernel[(grid2,)](
                 h, hs, w2, w2_scale, acc, wts, *rt, d, inter,
                 h.stride(0), hs.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), acc.stride(0),
-                TOPK=topk, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=BLOCK_K, SWAP=cfg["swap_ab"], **order,
+                TOPK=topk, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=BLOCK_K, SWAP=cfg["swap_ab"], **grid_knobs,
                 num_warps=cfg["warps2"], num_stages=cfg["stages2"])
         else:
             ids = topk_ids.reshape(-1).to(torch.int32)
@@ -452,9 +383,7 @@ def moe_fp8_blockscale_decode(a, a_scale, w1, w1_scale, w2, w2_scale, topk_ids, 
                 h.stride(0), hs.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1), out.stride(0),
                 TOPK=topk, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=BLOCK_K, num_warps=cfg["warps2"], num_stages=cfg["stages2"])
             return out
-    n = acc.numel()
-    _moe_fp8bsd_cast_kernel[(triton.cdiv(n, 2048),)](acc, out, n, BLOCK=2048, num_warps=4)
-    return out
+    return launch_cast(_moe_fp8bsd_cast_kernel, acc, out)
 
 
 def build(shape: dict, config: dict, device: str) -> KernelLaunch:
@@ -471,29 +400,23 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     from . import traffic
 
     return KernelLaunch(name="triton_sm90_moe_fp8_blockscale_decode", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
-                        describe={"backend": "triton", "config": cfg, "tuned": False,
-                                  "launches": launches(cfg, int(shape["tokens"]) * int(shape["topk"])),
-                                  "bytes_model": traffic.bytes_moved(shape, cfg).as_dict()})
+                        describe=describe(cfg, shape, traffic))
 
 
 def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
     """Compile the GEMM/GEMV kernels ``build(shape, config)`` launches for ``arch`` (no GPU) with their
     static facts and hot-loop SASS counts; routing, reduce, zero and cast kernels are left out."""
-    from skillrun_kernels._triton.sass import compile_facts_with_loop
-
     t, d, i, e, k = problem.dims(shape)
     cfg = resolve_config(shape, config)
-    routing = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32", "num_rows_ptr": "*i32"}
-    order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major"}
+    routing = ROUTING_TYPES
+    grid_knobs = grid_constexprs(cfg)
     fp8 = "*fp8e4nv"
     w1 = {"stride_we": 2 * i * d, "stride_wn": d, "stride_wse": (2 * i // BLOCK_K) * (d // BLOCK_K), "stride_wsn": d // BLOCK_K}
     w2 = {"stride_we": d * i, "stride_wn": i, "stride_wse": (d // BLOCK_K) * (i // BLOCK_K), "stride_wsn": i // BLOCK_K}
     h = {"stride_ht": i, "stride_hst": i // BLOCK_K}
 
     def facts(fn, types, vals, consts, warps, stages, wpi):
-        return compile_facts_with_loop(fn, weights_per_iteration=wpi, types=types, constexprs=consts,
-                                       divisible=[a for a, ty in types.items() if ty[0] == "*"], values=vals,
-                                       num_warps=warps, num_stages=stages, arch=arch)
+        return kernel_facts(fn, types, vals, consts, warps, stages, wpi, arch)
 
     kernels = []
     if cfg["fuse_down"]:
@@ -501,7 +424,7 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
                  "acc_ptr": "*fp32", "tw_ptr": "*fp32", **routing}
         vals = {"D": d, "I": i, "stride_at": d, "stride_ast": d // BLOCK_K, "stride_acc": d,
                 **{k_.replace("_w", "_w1"): v for k_, v in w1.items()}, **{k_.replace("_w", "_w2"): v for k_, v in w2.items()}}
-        consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": BLOCK_K, "BLOCK_N2": cfg["BLOCK_N2"], "SWAP": cfg["swap_ab"], **order}
+        consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_K": BLOCK_K, "BLOCK_N2": cfg["BLOCK_N2"], "SWAP": cfg["swap_ab"], **grid_knobs}
         kernels.append(facts(_moe_fp8bsd_fused_kernel, types, vals, consts, cfg["warps1"], cfg["stages1"], 2 * BLOCK_K * BLOCK_K))
         return {"arch": arch, "config": cfg, "launches": launches(cfg, t * k), "kernels": kernels}
     splits = split_k_steps(d, BLOCK_K, cfg["split_k1"])[1]
@@ -509,12 +432,12 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
              "part_ptr": "*fp32", "zero_ptr": "*fp32", **routing, "zero_numel": "i32", "zero_per_prog": "i32", "k_per_split": "i32"}
     vals = {"D": d, "I": i, "stride_at": d, "stride_ast": d // BLOCK_K, **w1, **h, "stride_ps": t * k * 2 * i}
     consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": BLOCK_K, "BLOCK_K": BLOCK_K, "SWAP": cfg["swap_ab"],
-              "SPLIT_K": splits, **order}
+              "SPLIT_K": splits, **grid_knobs}
     kernels.append(facts(_moe_fp8bsd_gate_up_kernel, types, vals, consts, cfg["warps1"], cfg["stages1"], 2 * BLOCK_K * BLOCK_K))
     if cfg["down"] == "atomic":
         types = {"h_ptr": fp8, "hs_ptr": "*fp32", "w_ptr": fp8, "ws_ptr": "*fp32", "acc_ptr": "*fp32", "tw_ptr": "*fp32", **routing}
         vals = {"D": d, "I": i, **h, **w2, "stride_at": d}
-        consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N2"], "BLOCK_K": BLOCK_K, "SWAP": cfg["swap_ab"], **order}
+        consts = {"TOPK": k, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N2"], "BLOCK_K": BLOCK_K, "SWAP": cfg["swap_ab"], **grid_knobs}
         kernels.append(facts(_moe_fp8bsd_down_kernel, types, vals, consts, cfg["warps2"], cfg["stages2"], cfg["BLOCK_N2"] * BLOCK_K))
     else:
         types = {"h_ptr": fp8, "hs_ptr": "*fp32", "w_ptr": fp8, "ws_ptr": "*fp32", "out_ptr": "*bf16", "ids_ptr": "*i32",

@@ -14,7 +14,7 @@ the levers change how those bytes are issued, and what else a call touches (``re
 from __future__ import annotations
 
 from skillrun_kernels._moe import traffic as common
-from skillrun_kernels._moe.traffic import H200_COPY_TBPS, Traffic, roof_us
+from skillrun_kernels._moe.traffic import Traffic
 
 from . import problem
 
@@ -36,33 +36,12 @@ def bytes_moved(shape: dict, config: dict | None = None, active_experts: float |
     tr = Traffic()
     tr.hbm = {"w1_int4": act * w1, "w1_scales": act * s1, "w2_int4": act * w2, "w2_scales": act * s2,
               "x_bf16": 2.0 * t * d, "out_bf16": 2.0 * t * d, "routing": 8.0 * pairs}
-    if cfg.get("down") == "token":
-        # every (token, slot) pair reads its expert's W2 rows: pairs - active extra expert reads
-        tr.reread = {"w2_per_token": max(0.0, pairs - act) * (w2 + s2)}
-    splits = int(cfg.get("split_k1", 1))
-    if cfg.get("fuse_down"):
-        # h never leaves the program; the down GEMM is split over inter_dim by BLOCK_N1 tiles
-        adds = pairs * d * (i / int(cfg["BLOCK_N1"]))
-    else:
-        tr.l2["h_bf16_write_read"] = 2 * 2.0 * pairs * i
-        adds = pairs * d if cfg.get("down", "atomic") == "atomic" else 0.0
-    if splits > 1 and not cfg.get("fuse_down"):
-        tr.l2["splitk_partials_write_read"] = 2 * 4.0 * splits * pairs * 2 * i
-    if cfg.get("down", "atomic") == "atomic":
-        tr.l2["acc_fp32_zero"] = 4.0 * t * d
-        tr.l2["acc_fp32_atomic_rmw"] = 8.0 * adds
-        tr.l2["acc_fp32_cast_read"] = 4.0 * t * d
-    tr.counts = {"active_experts": act, "pairs": pairs, "atomic_adds": adds}
-    return tr
+    # h in bf16; fuse_down splits the down GEMM over inter_dim by BLOCK_N1 tiles
+    return common.decode_layout(tr, cfg, t, d, i, pairs, act, w2 + s2, ("h_bf16_write_read", 2 * 2.0 * pairs * i),
+                                int(cfg["BLOCK_N1"]))
 
 
-def roof_time_us(shape: dict, config: dict | None = None, copy_tbps: float = H200_COPY_TBPS,
-                 active_experts: float | None = None) -> float:
-    """The floor of a call: its compulsory DRAM bytes at the copy roof (us)."""
-    return roof_us(bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
-
-
-def percent_of_roof(time_us: float, shape: dict, config: dict | None = None, copy_tbps: float = H200_COPY_TBPS,
-                    active_experts: float | None = None) -> float:
-    """% of the copy roof a measured call time reaches (issue 41's target: >= 60 at 1 and 16 tokens)."""
-    return common.percent_of_roof(time_us, bytes_moved(shape, config, active_experts).hbm_bytes, copy_tbps)
+# roof_time_us(shape, config=None, copy_tbps, active_experts): the floor of a call, its compulsory DRAM
+# bytes at the copy roof (us); percent_of_roof(time_us, shape, ...): % of the copy roof a measured call
+# time reaches (issue 41's target: >= 60 at 1 and 16 tokens)
+roof_time_us, percent_of_roof = common.roof_functions(bytes_moved)

@@ -56,10 +56,13 @@ import triton.language as tl
 
 from skillrun_kernels.protocol import KernelLaunch
 
-from skillrun_kernels._moe.triton_decode import (ROUTE_ONE_MAX_PAIRS, block_rows, device_sms, grid_size, item_coords,
-                                                 route_one, split_k_steps, zero_share)
+from skillrun_kernels._moe.triton_decode import (ROUTING_TYPES, acc_tile, add_rows, cast_bf16, choice_problems,
+                                                 describe, device_sms, expert_items, fp32_buffer, grid_constexprs,
+                                                 grid_size, item_range, item_rows, kernel_facts, launch_cast,
+                                                 launch_zero, launches, layout_levers, route, route_one, silu_mul,
+                                                 split_k_steps, store_partials, tile_index, zero_fill, zero_share)
 
-from .triton_sm90 import PackedExperts, align_by_expert, prepare_weights
+from .triton_sm90 import PackedExperts, prepare_weights
 
 KERNEL_PREFIX = "_moe_a16wi4d_"
 # The incumbent's two routing kernels serve route "two".
@@ -228,12 +231,8 @@ def _gate_up_tile(x_ptr, w_ptr, s_ptr, e, tok, rvalid, offs_n, k_first, k_last, 
                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, BIASED: tl.constexpr):
     """The gate and up fp32 accumulators of one (expert block, N tile) over K steps [k_first, k_last)."""
-    if SWAP:
-        acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    else:
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_g = acc_tile(BLOCK_M, BLOCK_N, SWAP)
+    acc_u = acc_tile(BLOCK_M, BLOCK_N, SWAP)
     wg_off = e * stride_we + offs_n.to(tl.int64) * stride_wn
     wu_off = wg_off + I * stride_wn
     sg_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
@@ -265,38 +264,26 @@ def _moe_a16wi4d_gate_up_kernel(
     PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr, BIASED: tl.constexpr = False,
 ):
     zero_share(zero_ptr, zero_numel, zero_per_prog)
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = I // BLOCK_N
-    n_items = blocks * n_tiles * SPLIT_K
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, I, BLOCK_N, SPLIT_K, BLOCK_M)
     k_steps = D // BLOCK_K
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, s = item_coords(item, n_tiles, blocks, SPLIT_K, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                              BLOCK_M, SPLIT_K, N_MAJOR)
             offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
             k_first = s * k_per_split
             k_last = tl.minimum(k_first + k_per_split, k_steps)
             acc_g, acc_u = _gate_up_tile(x_ptr, w_ptr, s_ptr, e, pair // TOPK, rvalid, offs_n, k_first, k_last, I,
                                          stride_xt, stride_we, stride_wn, stride_se, stride_sn,
                                          GROUP, BLOCK_M, BLOCK_N, BLOCK_K, WIDE, SWAP, SCALE_ACC, BIASED)
-            if SWAP:
-                cols, prow, pmask = offs_n[:, None], pair[None, :], rvalid[None, :]
-            else:
-                cols, prow, pmask = offs_n[None, :], pair[:, None], rvalid[:, None]
+            cols, prow, pmask = tile_index(offs_n, pair, rvalid, SWAP)
             if SPLIT_K > 1:
-                # partial sums of this K slice: plain stores, summed in a fixed order by the SiLU kernel
-                base = part_ptr + s * stride_ps + prow * (2 * I) + cols
-                tl.store(base, acc_g, mask=pmask)
-                tl.store(base + I, acc_u, mask=pmask)
+                # partial sums of this K slice, summed in a fixed order by the SiLU kernel
+                store_partials(part_ptr, s, stride_ps, prow, cols, pmask, I, acc_g, acc_u)
             else:
-                h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
+                h = silu_mul(acc_g, acc_u)
                 tl.store(h_ptr + prow * stride_ht + cols, h.to(tl.bfloat16), mask=pmask)
 
 
@@ -313,7 +300,7 @@ def _moe_a16wi4d_splitk_silu_kernel(part_ptr, h_ptr, pairs, I, stride_ht, stride
         base = part_ptr + s * stride_ps + row * (2 * I) + offs
         g += tl.load(base, mask=ok, other=0.0)
         u += tl.load(base + I, mask=ok, other=0.0)
-    h = g / (1.0 + tl.exp(-g)) * u
+    h = silu_mul(g, u)
     tl.store(h_ptr + row * stride_ht + offs, h.to(tl.bfloat16), mask=ok)
 
 
@@ -329,27 +316,17 @@ def _moe_a16wi4d_down_kernel(
     WIDE: tl.constexpr, SWAP: tl.constexpr, SCALE_ACC: tl.constexpr, PERSISTENT: tl.constexpr, N_MAJOR: tl.constexpr,
     BIASED: tl.constexpr = False,
 ):
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = D // BLOCK_N
-    n_items = blocks * n_tiles
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, D, BLOCK_N, 1, BLOCK_M)
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, _s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                               BLOCK_M, 1, N_MAJOR)
             offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
             w_off = e * stride_we + offs_n.to(tl.int64) * stride_wn
             s_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
-            if SWAP:
-                acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-            else:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = acc_tile(BLOCK_M, BLOCK_N, SWAP)
             for kt in range(0, I // BLOCK_K):
                 k0 = kt * BLOCK_K
                 w = _int4_rows(w_ptr, w_off, k0, BLOCK_N, BLOCK_K, WIDE, BIASED)
@@ -358,13 +335,7 @@ def _moe_a16wi4d_down_kernel(
                             mask=rvalid[:, None], other=0.0)
                 acc = _mma_step(acc, w, sc, a, SWAP, SCALE_ACC, BIASED)
             wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
-            tok = pair // TOPK
-            if SWAP:
-                tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_n[:, None], acc * wt[None, :],
-                              mask=rvalid[None, :], sem="relaxed")
-            else:
-                tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_n[None, :], acc * wt[:, None],
-                              mask=rvalid[:, None], sem="relaxed")
+            add_rows(acc_ptr, stride_at, pair // TOPK, offs_n, acc, wt, rvalid, SWAP)
 
 
 @triton.jit
@@ -415,25 +386,18 @@ def _moe_a16wi4d_fused_kernel(
     """Gate/up + SiLU + down for one (expert block, N1 tile): h tile kept in registers (rounded to
     bf16 as the two-stage path stores it), times W2[:, N1 tile] over all of D, added atomically
     into acc (zeroed by ``_moe_a16wi4d_zero_kernel`` before this launch)."""
-    blocks = tl.load(num_rows_ptr) // BLOCK_M
-    n_tiles = I // BLOCK_N1
-    n_items = blocks * n_tiles
-    # persistent: this program's items in turn; else one item (a loop of one iteration the
-    # compiler removes, so the kernel is the straight-line one-tile kernel)
-    if PERSISTENT:
-        first, last, step = tl.program_id(0), n_items, tl.num_programs(0)
-    else:
-        first, last, step = 0, 1, 1
+    blocks, n_tiles, n_items = expert_items(num_rows_ptr, I, BLOCK_N1, 1, BLOCK_M)
+    first, last, step = item_range(n_items, PERSISTENT)
     for it in range(first, last, step):
         item = it if PERSISTENT else tl.program_id(0)
         if item < n_items:
-            m, n, _s = item_coords(item, n_tiles, blocks, 1, N_MAJOR)
-            e, rvalid, pair = block_rows(m, sorted_ptr, block_expert_ptr, valid_end_ptr, BLOCK_M)
+            e, rvalid, pair, n, _s = item_rows(item, n_tiles, blocks, sorted_ptr, block_expert_ptr, valid_end_ptr,
+                                               BLOCK_M, 1, N_MAJOR)
             offs_n = n * BLOCK_N1 + tl.arange(0, BLOCK_N1)
             acc_g, acc_u = _gate_up_tile(x_ptr, w1_ptr, s1_ptr, e, pair // TOPK, rvalid, offs_n, 0, D // BLOCK_K1, I,
                                          stride_xt, stride_w1e, stride_w1n, stride_s1e, stride_s1n,
                                          GROUP, BLOCK_M, BLOCK_N1, BLOCK_K1, WIDE, SWAP, SCALE_ACC, BIASED)
-            h = (acc_g / (1.0 + tl.exp(-acc_g)) * acc_u).to(tl.bfloat16)  # (BN1, BM) when SWAP
+            h = silu_mul(acc_g, acc_u).to(tl.bfloat16)  # (BN1, BM) when SWAP
             wt = tl.load(tw_ptr + pair, mask=rvalid, other=0.0)
             tok = pair // TOPK
             k0 = n * BLOCK_N1  # this tile's slice of the down GEMM's K (= inter_dim)
@@ -443,29 +407,19 @@ def _moe_a16wi4d_fused_kernel(
                 w = _int4_rows(w2_ptr, w_off, k0, BLOCK_N2, BLOCK_N1, WIDE)
                 sc = _group_scales(s2_ptr, e * stride_s2e + offs_d.to(tl.int64) * stride_s2n, k0, BLOCK_N2, BLOCK_N1,
                                    GROUP, SCALE_ACC2)
-                if SWAP:
-                    y = tl.zeros((BLOCK_N2, BLOCK_M), dtype=tl.float32)
-                    y = _mma_step(y, w, sc, tl.trans(h), True, SCALE_ACC2)
-                    tl.atomic_add(acc_ptr + tok[None, :] * stride_at + offs_d[:, None], y * wt[None, :],
-                                  mask=rvalid[None, :], sem="relaxed")
-                else:
-                    y = tl.zeros((BLOCK_M, BLOCK_N2), dtype=tl.float32)
-                    y = _mma_step(y, w, sc, h, False, SCALE_ACC2)
-                    tl.atomic_add(acc_ptr + tok[:, None] * stride_at + offs_d[None, :], y * wt[:, None],
-                                  mask=rvalid[:, None], sem="relaxed")
+                y = _mma_step(acc_tile(BLOCK_M, BLOCK_N2, SWAP), w, sc, tl.trans(h) if SWAP else h, SWAP, SCALE_ACC2)
+                add_rows(acc_ptr, stride_at, tok, offs_d, y, wt, rvalid, SWAP)
 
 
+# the family's names for the shared zero and cast kernels (EXPECT_KERNELS)
 @triton.jit(do_not_specialize=["n"])
 def _moe_a16wi4d_zero_kernel(dst_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst_ptr + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=offs < n)
+    zero_fill(dst_ptr, n, BLOCK)
 
 
 @triton.jit(do_not_specialize=["n"])
 def _moe_a16wi4d_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n
-    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=ok).to(tl.bfloat16), mask=ok)
+    cast_bf16(src_ptr, dst_ptr, n, BLOCK)
 
 
 # --------------------------------------------------------------------------------------------- configs
@@ -494,22 +448,14 @@ ABLATIONS = {
     "swap_ab": {**BASE, "swap_ab": True},
     "scale_acc": {**BASE, "scale_acc": True},
     "bias_acc": {**BASE, "scale_acc": True, "bias_acc": True},
-    "split_k4": {**BASE, "split_k1": 4},
-    "persistent": {**BASE, "persistent": True},
-    "n_major": {**BASE, "tile_order": "n_major"},
-    "route_one": {**BASE, "route": "one"},
-    "down_token": {**BASE, "down": "token", "BLOCK_N2": 32},
-    "fuse_down": {**BASE, "fuse_down": True, "BLOCK_N2": 64},
+    **layout_levers(BASE),  # split_k4, persistent, n_major, route_one, down_token, fuse_down
     "lean": {**BASE, **_LEAN},
     "lean_bias": {**BASE, **_LEAN, "bias_acc": True},
     "lean_t1": {**BASE, **_LEAN, "split_k1": 4, "route": "one"},
     "lean_t1_fused": {**BASE, **_LEAN, "fuse_down": True, "BLOCK_N2": 64, "route": "one"},
     "lean_t16": {**BASE, **_LEAN, "persistent": True, "ctas_per_sm": 3, "route": "one"},
 }
-TILE_ORDERS = ("expert_major", "n_major")
-ROUTES = ("two", "one")
 INT4_CVTS = ("magic", "lop3")
-DOWNS = ("atomic", "token")
 
 
 def check_config(cfg: dict, shape: dict) -> None:
@@ -549,16 +495,12 @@ def check_config(cfg: dict, shape: dict) -> None:
         p.append("fuse_down needs split_k1 = 1 (SiLU needs the whole K sum inside the program)")
     if cfg["fuse_down"] and cfg["down"] != "atomic":
         p.append("fuse_down adds into the fp32 accumulator: down must be 'atomic'")
-    if cfg["tile_order"] not in TILE_ORDERS:
-        p.append(f"tile_order must be one of {TILE_ORDERS}, got {cfg['tile_order']!r}")
-    if cfg["route"] not in ROUTES:
-        p.append(f"route must be one of {ROUTES}, got {cfg['route']!r}")
+    p += choice_problems(cfg, "tile_order", "route")
     if cfg["int4_cvt"] not in INT4_CVTS:
         p.append(f"int4_cvt must be one of {INT4_CVTS}, got {cfg['int4_cvt']!r}")
     if cfg["bias_acc"] and not cfg["scale_acc"]:
         p.append("bias_acc takes the +136 off the fp32 partial before its scale: it needs scale_acc")
-    if cfg["down"] not in DOWNS:
-        p.append(f"down must be one of {DOWNS}, got {cfg['down']!r}")
+    p += choice_problems(cfg, "down")
     cps = cfg["ctas_per_sm"]
     if isinstance(cps, bool) or not isinstance(cps, int) or not 1 <= cps <= 16:
         p.append(f"ctas_per_sm must be an int in 1..16, got {cps!r}")
@@ -581,26 +523,6 @@ def wide_mode(cfg: dict) -> int:
     if cfg["int4_cvt"] == "lop3":
         return 2
     return 1 if cfg["wide_load"] else 0
-
-
-def one_launch_routing(cfg: dict, pairs: int) -> bool:
-    """route 'one' routes in one launch where it can (tokens x topk <= ROUTE_ONE_MAX_PAIRS), else in two."""
-    return cfg["route"] == "one" and pairs <= ROUTE_ONE_MAX_PAIRS
-
-
-def launches(cfg: dict, pairs: int = 1) -> int:
-    """Kernel launches per layer call of ``pairs`` (token, slot) pairs."""
-    n = 1 if one_launch_routing(cfg, pairs) else 2
-    n += 1  # gate/up (or fused)
-    if cfg["split_k1"] > 1:
-        n += 1
-    if cfg["fuse_down"]:
-        n += 1  # the accumulator's zeroing (the fused programs add from their first tile on)
-    else:
-        n += 1  # down
-    if cfg["down"] == "atomic":
-        n += 1  # fp32 -> bf16 cast
-    return n
 
 
 def pack_experts(w_q: torch.Tensor, w_scale: torch.Tensor, cfg: dict) -> PackedExperts:
@@ -630,17 +552,17 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
     x = x.contiguous()
     wts = topk_weights.to(torch.float32).contiguous()
     bm = cfg["BLOCK_M"]
-    one = one_launch_routing(cfg, topk_ids.numel())
-    routing = route_one(topk_ids, experts, bm) if one else align_by_expert(topk_ids, experts, bm)
+    routing = route(topk_ids, experts, bm, cfg)
+    grid_knobs = grid_constexprs(cfg)
     wide = wide_mode(cfg)
     w1k, w2k = _words(w1.packed, wide > 0), _words(w2.packed, wide > 0)
     atomic = cfg["down"] == "atomic"
-    acc = torch.empty(t, d, dtype=torch.float32, device=dev) if atomic else torch.empty(1, dtype=torch.float32, device=dev)
+    acc = fp32_buffer((t, d), atomic, dev)
     zero_numel = acc.numel() if atomic else 0
     if cfg["fuse_down"]:
         # the fused programs add into acc from their first tile on: it is zeroed by a launch before
         # theirs, not by the programs themselves (their shares would race the others' adds)
-        _moe_a16wi4d_zero_kernel[(triton.cdiv(acc.numel(), 2048),)](acc, acc.numel(), BLOCK=2048, num_warps=4)
+        launch_zero(_moe_a16wi4d_zero_kernel, acc)
         bound = routing.max_blocks * (inter // cfg["BLOCK_N1"])
         grid = grid_size(bound, cfg, sms)
         _moe_a16wi4d_fused_kernel[(grid,)](
@@ -651,13 +573,12 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
             w2k.stride(0), w2k.stride(1), w2.scale.stride(0), w2.scale.stride(1), acc.stride(0),
             TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N1=cfg["BLOCK_N1"], BLOCK_K1=cfg["BLOCK_K1"], BLOCK_N2=cfg["BLOCK_N2"],
             WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"], SCALE_ACC2=g >= cfg["BLOCK_N1"],
-            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
+            **grid_knobs, BIASED=cfg["bias_acc"],
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
     else:
         h = torch.empty(t * topk, inter, dtype=torch.bfloat16, device=dev)
         per, splits = split_k_steps(d, cfg["BLOCK_K1"], cfg["split_k1"])
-        part = (torch.empty(splits, t * topk, 2 * inter, dtype=torch.float32, device=dev) if splits > 1
-                else torch.empty(1, dtype=torch.float32, device=dev))
+        part = fp32_buffer((splits, t * topk, 2 * inter), splits > 1, dev)
         bound = routing.max_blocks * (inter // cfg["BLOCK_N1"]) * splits
         grid = grid_size(bound, cfg, sms)
         _moe_a16wi4d_gate_up_kernel[(grid,)](
@@ -668,7 +589,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
             t * topk * 2 * inter,
             TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N1"], BLOCK_K=cfg["BLOCK_K1"],
             WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"], SPLIT_K=splits,
-            PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
+            **grid_knobs, BIASED=cfg["bias_acc"],
             num_warps=cfg["warps1"], num_stages=cfg["stages1"])
         if splits > 1:
             blk = min(1024, triton.next_power_of_2(inter))
@@ -683,7 +604,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
                 d, inter, h.stride(0), w2k.stride(0), w2k.stride(1), w2.scale.stride(0), w2.scale.stride(1), acc.stride(0),
                 TOPK=topk, GROUP=g, BLOCK_M=bm, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=cfg["BLOCK_K2"],
                 WIDE=wide, SWAP=cfg["swap_ab"], SCALE_ACC=cfg["scale_acc"],
-                PERSISTENT=cfg["persistent"], N_MAJOR=cfg["tile_order"] == "n_major", BIASED=cfg["bias_acc"],
+                **grid_knobs, BIASED=cfg["bias_acc"],
                 num_warps=cfg["warps2"], num_stages=cfg["stages2"])
         else:
             ids = topk_ids.reshape(-1).to(torch.int32)
@@ -693,9 +614,7 @@ def moe_a16wi4_decode(x: torch.Tensor, w1: PackedExperts, w2: PackedExperts, top
                 TOPK=topk, GROUP=g, BLOCK_N=cfg["BLOCK_N2"], BLOCK_K=cfg["BLOCK_K2"],
                 WIDE=wide, SCALE_ACC=cfg["scale_acc"], num_warps=cfg["warps2"], num_stages=cfg["stages2"])
             return out
-    n = acc.numel()
-    _moe_a16wi4d_cast_kernel[(triton.cdiv(n, 2048),)](acc, out, n, BLOCK=2048, num_warps=4)
-    return out
+    return launch_cast(_moe_a16wi4d_cast_kernel, acc, out)
 
 
 def _dims(shape: dict) -> tuple[int, ...]:
@@ -717,24 +636,20 @@ def build(shape: dict, config: dict, device: str) -> KernelLaunch:
     from . import traffic
 
     return KernelLaunch(name="triton_sm90_moe_a16wi4_decode", run=run, prepare=prepare, expect_kernels=EXPECT_KERNELS,
-                        describe={"backend": "triton", "config": cfg, "tuned": False,
-                                  "launches": launches(cfg, int(shape["tokens"]) * int(shape["topk"])),
-                                  "bytes_model": traffic.bytes_moved(shape, cfg).as_dict()})
+                        describe=describe(cfg, shape, traffic))
 
 
 def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
     """Compile the GEMM/GEMV kernels ``build(shape, config)`` launches for ``arch`` (no GPU) and return
     their static facts (kernels/protocol.py); routing, SiLU-reduce and cast kernels are left out."""
-    from skillrun_kernels._triton.sass import compile_facts_with_loop as compile_facts
-
     t, d, i, e, k, g = _dims(shape)
     cfg = resolve_config(shape, config)
     wide = wide_mode(cfg)
     u = 8 if wide else 2
     wty = "*i32" if wide else "*i8"
-    routing = {"sorted_ptr": "*i32", "block_expert_ptr": "*i32", "valid_end_ptr": "*i32", "num_rows_ptr": "*i32"}
+    routing = ROUTING_TYPES
     flags = {"WIDE": wide, "SCALE_ACC": cfg["scale_acc"]}
-    order = {"PERSISTENT": cfg["persistent"], "N_MAJOR": cfg["tile_order"] == "n_major", "BIASED": cfg["bias_acc"]}
+    grid_knobs = {**grid_constexprs(cfg), "BIASED": cfg["bias_acc"]}
     # contiguous operands: packed (E, 2I, D/u) and (E, D, I/u) elements of u codes, scales (E, rows, K/group)
     w1 = {"stride_we": 2 * i * d // u, "stride_wn": d // u}  # in stored elements (words or bytes)
     w2 = {"stride_we": d * i // u, "stride_wn": i // u}
@@ -748,36 +663,31 @@ def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") 
                 "stride_s1e": s1["stride_se"], "stride_s1n": s1["stride_sn"], "stride_w2e": w2["stride_we"],
                 "stride_w2n": w2["stride_wn"], "stride_s2e": s2["stride_se"], "stride_s2n": s2["stride_sn"], "stride_at": d}
         consts = {"TOPK": k, "GROUP": g, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N1": cfg["BLOCK_N1"], "BLOCK_K1": cfg["BLOCK_K1"],
-                  "BLOCK_N2": cfg["BLOCK_N2"], "SWAP": cfg["swap_ab"], "SCALE_ACC2": g >= cfg["BLOCK_N1"], **flags, **order}
-        kernels.append(compile_facts(_moe_a16wi4d_fused_kernel, weights_per_iteration=2 * cfg["BLOCK_N1"] * cfg["BLOCK_K1"],
-                                     types=types, constexprs=consts,
-                                     divisible=[a for a, ty in types.items() if ty[0] == "*"], values=vals,
-                                     num_warps=cfg["warps1"], num_stages=cfg["stages1"], arch=arch))
+                  "BLOCK_N2": cfg["BLOCK_N2"], "SWAP": cfg["swap_ab"], "SCALE_ACC2": g >= cfg["BLOCK_N1"], **flags, **grid_knobs}
+        kernels.append(kernel_facts(_moe_a16wi4d_fused_kernel, types, vals, consts, cfg["warps1"], cfg["stages1"],
+                                    2 * cfg["BLOCK_N1"] * cfg["BLOCK_K1"], arch))
     else:
         splits = split_k_steps(d, cfg["BLOCK_K1"], cfg["split_k1"])[1]
         types = {"x_ptr": "*bf16", "w_ptr": wty, "s_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32",
                  "zero_ptr": "*fp32", **routing, "zero_numel": "i32", "zero_per_prog": "i32", "k_per_split": "i32"}
         vals = {"D": d, "I": i, "stride_xt": d, **w1, **s1, "stride_ht": i, "stride_ps": t * k * 2 * i}
         consts = {"TOPK": k, "GROUP": g, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N1"], "BLOCK_K": cfg["BLOCK_K1"],
-                  "SWAP": cfg["swap_ab"], "SPLIT_K": splits, **flags, **order}
-        kernels.append(compile_facts(_moe_a16wi4d_gate_up_kernel, weights_per_iteration=2 * cfg["BLOCK_N1"] * cfg["BLOCK_K1"],
-                                     types=types, constexprs=consts,
-                                     divisible=[a for a, ty in types.items() if ty[0] == "*"], values=vals,
-                                     num_warps=cfg["warps1"], num_stages=cfg["stages1"], arch=arch))
+                  "SWAP": cfg["swap_ab"], "SPLIT_K": splits, **flags, **grid_knobs}
+        kernels.append(kernel_facts(_moe_a16wi4d_gate_up_kernel, types, vals, consts, cfg["warps1"], cfg["stages1"],
+                                    2 * cfg["BLOCK_N1"] * cfg["BLOCK_K1"], arch))
         if cfg["down"] == "atomic":
             types = {"h_ptr": "*bf16", "w_ptr": wty, "s_ptr": "*bf16", "acc_ptr": "*fp32", "tw_ptr": "*fp32", **routing}
             vals = {"D": d, "I": i, "stride_ht": i, **w2, **s2, "stride_at": d}
             consts = {"TOPK": k, "GROUP": g, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N2"], "BLOCK_K": cfg["BLOCK_K2"],
-                      "SWAP": cfg["swap_ab"], **flags, **order}
+                      "SWAP": cfg["swap_ab"], **flags, **grid_knobs}
             fn = _moe_a16wi4d_down_kernel
         else:
             types = {"h_ptr": "*bf16", "w_ptr": wty, "s_ptr": "*bf16", "out_ptr": "*bf16", "ids_ptr": "*i32", "tw_ptr": "*fp32"}
             vals = {"D": d, "I": i, "stride_ht": i, **w2, **s2, "stride_ot": d}
             consts = {"TOPK": k, "GROUP": g, "BLOCK_N": cfg["BLOCK_N2"], "BLOCK_K": cfg["BLOCK_K2"], **flags}
             fn = _moe_a16wi4d_down_token_kernel
-        kernels.append(compile_facts(fn, weights_per_iteration=cfg["BLOCK_N2"] * cfg["BLOCK_K2"], types=types, constexprs=consts,
-                                     divisible=[a for a, ty in types.items() if ty[0] == "*"], values=vals,
-                                     num_warps=cfg["warps2"], num_stages=cfg["stages2"], arch=arch))
+        kernels.append(kernel_facts(fn, types, vals, consts, cfg["warps2"], cfg["stages2"], cfg["BLOCK_N2"] * cfg["BLOCK_K2"],
+                                    arch))
     return {"arch": arch, "config": cfg, "launches": launches(cfg, t * k), "kernels": kernels}
 
 
