@@ -34,10 +34,15 @@ import time
 import traceback
 from typing import Any
 
-from skillrun.execute import integrity, operands, parity, referee, timing
+from skillrun.execute import confidence, integrity, operands, parity, referee, timing
+from skillrun.execute.cost import PhaseClock
 from skillrun.execute.input_sets import InputSets
 from skillrun.execute.parity import DegenerateInput
 from skillrun.kb.refs import resolve
+
+# Seconds by phase of the task this process runs (cost.py): one ``COST.mark(phase)`` per change of
+# phase; the result carries them as ``phases``.
+COST = PhaseClock()
 
 
 def _sync(device: str):
@@ -67,7 +72,9 @@ def _jsonable(obj: Any) -> Any:
 def _build(ref: str, shape: dict, config: dict, device: str):
     from skillrun_kernels.protocol import KernelLaunch
 
+    prev = COST.mark("imports")  # the kernel module and what it imports
     builder = resolve(ref)
+    COST.mark(prev)
     t0 = time.perf_counter()
     launch = builder(dict(shape), dict(config or {}), device)
     if not isinstance(launch, KernelLaunch):
@@ -118,7 +125,10 @@ def candidate(task: dict) -> dict:
 
     device = task["device"]
     sync = _sync(device)
+    COST.mark("imports")
     problem = importlib.import_module(task["problem"])
+    mine = "reference_setup" if task["role"] in operands.REFERENCE_ROLES else "compile"
+    COST.mark(mine)
     result: dict[str, Any] = {"status": "ok", "role": task["role"], "ref": task["ref"]}
     # The shape is the runner's choice (on a CPU its proxy, chosen in the parent: proxy.py); nothing
     # this child imports can change it.
@@ -153,6 +163,7 @@ def candidate(task: dict) -> dict:
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
+        COST.mark("checks" if mine == "compile" else mine)  # the port's later seeds: its parity gate
         meta = {"poison": marker, "wrote_into_out": res is out, "run_s": round(first_s, 4),
                 "after_digests": integrity.digests(inputs)}
         try:
@@ -209,7 +220,9 @@ def _timed_session(task: dict, client: Any) -> dict:
     device = task["device"]
     sync = _sync(device)
     use_device = device.startswith("cuda")
+    COST.mark("imports")
     problem = importlib.import_module(task["problem"])
+    COST.mark("compile")
     shape = dict(task["shape"])
     tcfg = task.get("timing") or {}
     rng = random.SystemRandom()
@@ -229,6 +242,7 @@ def _timed_session(task: dict, client: Any) -> dict:
     timer = timing.make_timer(tcfg.get("timer"), device)
     want_graphs = bool(tcfg.get("cuda_graph") and use_device and timer is not None)
     # (the referee rejects a degenerate problem when set 0 is made, before any candidate runs)
+    COST.mark("inputs")
     sets = InputSets(problem, task["problem"], shape, device, launches, 1, in_place=want_graphs, blind={port, *peers},
                      source=client)
     outs = {n: [problem.output_like(shape, device)] for n in launches}
@@ -253,6 +267,7 @@ def _timed_session(task: dict, client: Any) -> dict:
 
     sets.rerun = lambda n, j: _run_once(launches[n], sets.prepared[n][j], outs[n][j], sync)
     # 1. aliasing: references first, then the port, on the same content (each on its own copy).
+    COST.mark("checks")
     ref_outs = {}
     for n in refs:
         parity.poison(outs[n][0])
@@ -296,6 +311,7 @@ def _timed_session(task: dict, client: Any) -> dict:
     observer = integrity.RoundObserver(use_device)
     t = None
     if timer is not None:
+        COST.mark("inputs")
         while sets.n_sets < n_sets:
             sets.add_set()
             for n in launches:
@@ -314,6 +330,7 @@ def _timed_session(task: dict, client: Any) -> dict:
             return fn
 
         fns = {n: [call(n, j) for j in range(n_sets)] for n in launches}
+        COST.mark("warmup")  # graph warm-up and capture
         res["cuda_graph"] = False
         repeat = 1
         if want_graphs:
@@ -387,8 +404,15 @@ def _timed_session(task: dict, client: Any) -> dict:
             sync()
             seen["seconds"] += time.perf_counter() - t0
 
+        # Stop on confidence (confidence.py) when the task asks for it; ``rounds`` is then a cap.
+        rule = confidence.StopRule.from_config(tcfg.get("stop"), port, list(fns), aa)
+        COST.mark(None)  # the engine says where its time went (phase_s)
         t = timing.interleave(fns, timer, rounds, int(tcfg.get("warmup", 10)), between, tcfg.get("max_seconds"),
-                              observe=int(tcfg.get("observe_rounds", 3)), observer=observer, after_round=after_round, rng=rng)
+                              observe=int(tcfg.get("observe_rounds", 3)), observer=observer, after_round=after_round, rng=rng,
+                              stop=rule, horizon=rule.horizon(len(fns)) if rule else None)
+        for k, v in (t.get("phase_s") or {}).items():
+            COST.add(k, v)
+        COST.mark("checks")
         if repeat > 1:
             per_call(t, repeat)
         res["timing"] = {"method": timer.method, "repeat": repeat,
@@ -397,6 +421,8 @@ def _timed_session(task: dict, client: Any) -> dict:
                                                                        "observed", "observed_positions", "held", "hold_us", "sustain_ms",
                                                                        "launch_hold", "self_syncing")},
                          "observed_rounds": len(t["observed_rounds"]),
+                         "unspun": t.get("unspun") or [], "timed_device_s": t.get("timed_device_s"),
+                         **({"stop": rule.record(t["block"])} if rule else {}),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in observer.kernel_ms().items()}
                                          if use_device else {})}
         res["notes"].append(
@@ -636,7 +662,9 @@ def probe(task: dict) -> dict:
     and synced before the launch so that a slot that never returns is still named."""
     device = task["device"]
     sync = _sync(device)
+    COST.mark("imports")
     problem = importlib.import_module(task["problem"])
+    COST.mark("compile")  # each slot's build and first launches
     shape = dict(task["shape"])
     inputs = problem.make_inputs(shape, 0, device)
     acts = operands.activation_keys(problem, inputs)
@@ -676,6 +704,7 @@ def probe(task: dict) -> dict:
 
 
 def _judge(task: dict) -> dict:
+    COST.mark("checks")
     from skillrun.execute import judge
 
     return judge.judge_task(task)
@@ -687,11 +716,16 @@ TASKS = {"candidate": candidate, "judge": _judge, "session": session, "probe": p
 def main(argv: list[str]) -> int:
     task_path, result_path = argv[1], argv[2]
     task = json.loads(open(task_path).read())
+    COST.reset()
+    if isinstance(task.get("t_spawn"), (int, float)):  # a child of its own: the interpreter's start is this task's
+        COST.add("process_start", max(0.0, time.time() - float(task["t_spawn"])))
     try:
         res = TASKS[task["kind"]](task)
     except Exception as exc:  # reported as this row's error; the parent carries on
         res = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
                "traceback": traceback.format_exc()[-4000:]}
+    if isinstance(res, dict):
+        res["phases"] = COST.to_json()
     tmp = result_path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(_jsonable(res), fh, allow_nan=True)
