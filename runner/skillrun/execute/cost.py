@@ -99,3 +99,40 @@ def summary(costs: list[dict[str, Any]]) -> dict[str, Any]:
                 by[k] = by.get(k, 0.0) + float(v)
     return {"shapes": n, "total_s": round(total, 2), "per_shape_s": round(total / n, 2) if n else None,
             "device_seconds": {k: round(by[k], 2) for k in PHASES if k in by}}
+
+
+# Triton's compiles in this process (its compilation listener): cache hits say the carried cache
+# (compile_ahead.py) served a launch, misses that the device waited for a compile.
+_COMPILES = {"hits": 0, "misses": 0, "compile_s": 0.0}
+_WATCHING = {"on": False}
+
+
+def watch_compiles() -> None:
+    """Count Triton's compiles from now on, if Triton is loaded in this process (never imports it)."""
+    import sys
+
+    triton = sys.modules.get("triton")
+    knobs = getattr(triton, "knobs", None) if triton is not None else None
+    if knobs is None or _WATCHING["on"]:
+        return
+
+    def listener(*, cache_hit: bool = False, times: Any = None, **_: Any) -> None:
+        _COMPILES["hits" if cache_hit else "misses"] += 1
+        total = getattr(times, "total", None)
+        if not cache_hit and isinstance(total, (int, float)):
+            _COMPILES["compile_s"] += total / 1e6
+
+    try:
+        knobs.compilation.listener = listener
+        _WATCHING["on"] = True
+    except Exception:  # noqa: BLE001 - a Triton without the listener: nothing is counted
+        pass
+
+
+def take_compiles() -> dict[str, Any] | None:
+    """This task's Triton cache hits and misses (and the seconds the misses compiled), then zero."""
+    if not (_COMPILES["hits"] or _COMPILES["misses"]):
+        return None
+    out = {"hits": _COMPILES["hits"], "misses": _COMPILES["misses"], "compile_s": round(_COMPILES["compile_s"], 3)}
+    _COMPILES.update(hits=0, misses=0, compile_s=0.0)
+    return out

@@ -28,6 +28,7 @@ Phases per item (each a child process, see isolate.py):
 """
 from __future__ import annotations
 
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
@@ -131,6 +132,7 @@ class _Ctx:
     session: CardSession | None = None
     cost: PhaseClock = field(default_factory=PhaseClock)
     processes_started: int = 0
+    compiles: dict[str, float] = field(default_factory=dict)
 
     def launch_deadline(self) -> float:
         """The launch watchdog's deadline (watchdog.py); 0 = off."""
@@ -146,6 +148,9 @@ class _Ctx:
         counted = self.cost.merge(res.pop("phases", None))
         self.cost.add("other", time.perf_counter() - t0 - counted)
         self.processes_started += int(res.pop("processes_started", 0) or 0)
+        for k, v in (res.pop("compile_cache", None) or {}).items():
+            if isinstance(v, (int, float)):
+                self.compiles[k] = self.compiles.get(k, 0) + v
         return res
 
 
@@ -329,10 +334,17 @@ def _shape_text(shape: dict[str, int] | None) -> str:
 def _cost_block(ctx: _Ctx, total_s: float) -> dict[str, Any]:
     """The record's ``cost``: this shape's seconds by phase (cost.py) and the processes it started."""
     ctx.cost.add("other", total_s - ctx.cost.total())
-    return {"device_seconds": ctx.cost.to_json(), "total_s": round(total_s, 3), "processes_started": ctx.processes_started,
-            "processes": "per-card servers shared by the call's shapes" if ctx.session is not None else "a process per task",
-            "clock": ("wall seconds on the host running the measurement; a lent GPU is held throughout, so on a GPU "
-                      "these are device seconds")}
+    out = {"device_seconds": ctx.cost.to_json(), "total_s": round(total_s, 3), "processes_started": ctx.processes_started,
+           "processes": "per-card servers shared by the call's shapes" if ctx.session is not None else "a process per task",
+           "clock": ("wall seconds on the host running the measurement; a lent GPU is held throughout, so on a GPU "
+                     "these are device seconds")}
+    if ctx.compiles:
+        # Triton's compiles in this shape's tasks: hits were served by the on-disk cache (TRITON_CACHE_DIR,
+        # which compile_ahead.py seeds), misses compiled while the device waited.
+        out["compile_cache"] = {"hits": int(ctx.compiles.get("hits", 0)), "misses": int(ctx.compiles.get("misses", 0)),
+                                "compile_s": round(float(ctx.compiles.get("compile_s", 0.0)), 3),
+                                "dir": os.environ.get("TRITON_CACHE_DIR")}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import traceback
 from typing import Any
 
 from skillrun.execute import confidence, integrity, operands, parity, referee, timing
-from skillrun.execute.cost import PhaseClock
+from skillrun.execute.cost import PhaseClock, take_compiles, watch_compiles
 from skillrun.execute.input_sets import InputSets
 from skillrun.execute.parity import DegenerateInput
 from skillrun.kb.refs import resolve
@@ -74,6 +74,7 @@ def _build(ref: str, shape: dict, config: dict, device: str):
 
     prev = COST.mark("imports")  # the kernel module and what it imports
     builder = resolve(ref)
+    watch_compiles()  # Triton's cache hits and misses from here on (a carried compile cache, compile_ahead.py)
     COST.mark(prev)
     t0 = time.perf_counter()
     launch = builder(dict(shape), dict(config or {}), device)
@@ -726,6 +727,9 @@ def main(argv: list[str]) -> int:
                "traceback": traceback.format_exc()[-4000:]}
     if isinstance(res, dict):
         res["phases"] = COST.to_json()
+        compiles = take_compiles()
+        if compiles:
+            res["compile_cache"] = compiles
     tmp = result_path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(_jsonable(res), fh, allow_nan=True)

@@ -1,0 +1,214 @@
+"""Compile ahead, off the GPU's clock: every kernel variant a call will need, on the host's CPU cores.
+
+Triton compiles for sm_90a on a machine without a GPU (its bundled ptxas), and a port's
+``compile_only(shape, config, arch)`` compiles exactly the kernels its ``build`` would launch
+(kernels/skillrun_kernels/protocol.py). Run before a device call (on CI, or on the device's host
+before the session starts, its 16 cores in parallel), the compiles land in Triton's own on-disk
+cache; the runner's children find them there when they launch (``TRITON_CACHE_DIR``), and no shape
+spends device time compiling.
+
+The folder is keyed by what makes a compiled kernel reusable:
+
+* **the compiler**: ``<root>/<target>-triton-<version>`` (Triton's ptxas ships with it); a new Triton
+  gets a new folder, never a stale binary;
+* **the kernel source**: a manifest (``skillrun-compile-ahead.json``) records each job (kernel
+  ref, shape, config, target) with its kernel source identity (evidence/kernel_sources.py); a
+  job whose identity is recorded is not compiled again, and Triton's own cache key (source hash,
+  options, target) decides the rest.
+
+Whether the device's launches were served by it is measured, not assumed: each task child records
+Triton's cache hits and misses (worker.py, ``compile_cache`` in the artifact's ``cost``).
+
+    python -m skillrun.execute.compile_ahead --cache .cache/compile triton_fp8_blockscale_gemm_sm90 \
+        triton_moe_a16wi4_sm90:tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=128
+    export TRITON_CACHE_DIR=$(python -m skillrun.execute.compile_ahead --cache .cache/compile --print-dir)
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import hashlib
+import importlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "skillrun-compile-ahead.json"
+BACKENDS = ("triton", "gluon")
+DEFAULT_TARGET = "sm_90a"
+
+
+def compiler_version() -> str:
+    try:
+        import importlib.metadata as md
+
+        return md.version("triton")
+    except Exception:  # noqa: BLE001 - no Triton: nothing can be compiled ahead
+        return "none"
+
+
+def cache_dir(root: str | Path, target: str = DEFAULT_TARGET) -> Path:
+    """The folder for this compiler and target under ``root`` (what TRITON_CACHE_DIR should be)."""
+    return Path(root) / f"{target}-triton-{compiler_version()}"
+
+
+def job_key(job: dict[str, Any]) -> str:
+    ident = {k: job.get(k) for k in ("ref", "shape", "config", "target", "source")}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def jobs_for(index: Any, targets: list[tuple[str, dict[str, int]]], target: str = DEFAULT_TARGET) -> list[dict[str, Any]]:
+    """One job per (card, shape) whose selected recipe is a Triton/Gluon port with ``compile_only``:
+    its kernel ref, config and source identity at that shape (the recipe the runner picks for sm_90)."""
+    from skillrun.evidence.kernel_sources import source_identity
+    from skillrun.plan.select import select_recipe
+
+    arch = target.rstrip("a")
+    jobs, seen = [], set()
+    for card_id, shape in targets:
+        card = index.skill(card_id)
+        sel = select_recipe(card, dict(shape), index.device_facts(arch), arch)
+        r = sel.recipe
+        if r.backend not in BACKENDS:
+            continue
+        ident, _ = source_identity(r.kernel)
+        job = {"card": card_id, "recipe": r.name, "ref": r.kernel, "shape": dict(shape), "config": dict(r.config),
+               "target": target, "source": ident.get("kernel_source_sha256"),
+               "sources": sorted((ident.get("kernel_sources") or {}).items()) if isinstance(ident.get("kernel_sources"), dict) else None}
+        key = job_key(job)
+        if key not in seen:
+            seen.add(key)
+            jobs.append({**job, "key": key})
+    return jobs
+
+
+def _init(cache: str) -> None:
+    # Before Triton is imported in this worker: its cache and no interpreter.
+    os.environ["TRITON_CACHE_DIR"] = cache
+    os.environ.pop("TRITON_INTERPRET", None)
+
+
+def _compile(job: dict[str, Any]) -> dict[str, Any]:
+    """One job in a worker process: the port's compile_only at the job's shape and config."""
+    t0 = time.perf_counter()
+    seen = {"hits": 0, "misses": 0}
+    try:
+        from triton import knobs
+
+        def listener(*, cache_hit: bool, **_: Any) -> None:
+            seen["hits" if cache_hit else "misses"] += 1
+
+        knobs.compilation.listener = listener
+    except Exception:  # noqa: BLE001 - an older Triton without the listener: counts stay zero
+        pass
+    try:
+        module = importlib.import_module(job["ref"].split(":")[0])
+        if not callable(getattr(module, "compile_only", None)):
+            raise TypeError(f"{job['ref']} has no compile_only(shape, config, arch)")
+        from skillrun_kernels._triton.compile import port_facts
+
+        facts = port_facts(module, job["shape"], job["config"], job["target"])
+        kernels = [{k: v for k, v in kern.items() if k in ("name", "regs", "shared_bytes", "spill_store_bytes")}
+                   for kern in facts.get("kernels") or []]
+        return {"key": job["key"], "status": "ok", "seconds": round(time.perf_counter() - t0, 2), "kernels": kernels, **seen}
+    except Exception as exc:  # noqa: BLE001 - a port that does not compile is reported, the others go on
+        return {"key": job["key"], "status": "error", "seconds": round(time.perf_counter() - t0, 2),
+                "error": f"{type(exc).__name__}: {str(exc)[-400:]}", **seen}
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        return data if isinstance(data, dict) and isinstance(data.get("jobs"), dict) else {"jobs": {}}
+    except (OSError, ValueError):
+        return {"jobs": {}}
+
+
+def compile_ahead(jobs: list[dict[str, Any]], root: str | Path, *, workers: int | None = None,
+                  target: str = DEFAULT_TARGET, log: Any = None) -> dict[str, Any]:
+    """Compile every job not already in the folder's manifest, ``workers`` at a time (default: every
+    CPU core); returns the summary (folder, compiled, skipped, failed, seconds) and updates the manifest."""
+    folder = cache_dir(root, target)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _read_manifest(folder)
+    todo = [j for j in jobs if manifest["jobs"].get(j["key"], {}).get("status") != "ok"]
+    t0 = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    if todo:
+        n = max(1, min(len(todo), workers or os.cpu_count() or 1))
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: TRITON_CACHE_DIR set before Triton loads
+        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init, initargs=(str(folder),)) as ex:
+            futs = {ex.submit(_compile, j): j for j in todo}
+            for fut in cf.as_completed(futs):
+                job = futs[fut]
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a worker that died (an abort in the compiler)
+                    res = {"key": job["key"], "status": "error", "error": f"worker died: {type(exc).__name__}: {exc}"}
+                results.append(res)
+                manifest["jobs"][job["key"]] = {**{k: job[k] for k in ("card", "recipe", "ref", "shape", "config", "target", "source")},
+                                                **{k: v for k, v in res.items() if k != "key"},
+                                                "compiler": compiler_version(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                if log:
+                    log(f"[compile-ahead] {job['card']} {job['recipe']} {job['shape']}: {res['status']} "
+                        f"{res.get('seconds', '?')} s" + (f" ({res.get('error')})" if res.get("error") else ""))
+        tmp = folder / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, folder / MANIFEST)
+    failed = [r for r in results if r["status"] != "ok"]
+    return {"dir": str(folder), "compiler": compiler_version(), "target": target, "jobs": len(jobs),
+            "compiled": len(results) - len(failed), "skipped": len(jobs) - len(todo), "failed": len(failed),
+            "seconds": round(time.perf_counter() - t0, 2), "errors": [r.get("error") for r in failed][:10]}
+
+
+def parse_targets(index: Any, args: list[str]) -> list[tuple[str, dict[str, int]]]:
+    """``card`` (every shape its tests.selects cases list) or ``card:shape``, as benchmarks/validate_recipes.py takes them."""
+    from skillrun.kb.cards import problem_keys
+    from skillrun.plan.select import parse_shape
+
+    out = []
+    for a in args:
+        card_id, _, text = a.partition(":")
+        card = index.skill(card_id)
+        keys = problem_keys(card)
+        if text:
+            out.append((card_id, parse_shape(text, keys)))
+            continue
+        for case in (card.data.get("tests") or {}).get("selects") or []:
+            shape = case["shape"]
+            sd = dict(zip(keys, (int(v) for v in shape))) if isinstance(shape, list) else {k: int(v) for k, v in shape.items()}
+            if (card_id, sd) not in out:
+                out.append((card_id, sd))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("targets", nargs="*", help="card or card:shape (as benchmarks/validate_recipes.py)")
+    ap.add_argument("--cache", required=True, help="the carried folder (a subfolder per target and compiler is used)")
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--workers", type=int, default=None, help="parallel compiles (default: every CPU core)")
+    ap.add_argument("--print-dir", action="store_true", help="print the folder to set TRITON_CACHE_DIR to, and exit")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.print_dir:
+        print(cache_dir(a.cache, a.target))
+        return 0
+    from skillrun.kb.index import SkillIndex
+
+    index = SkillIndex.load()
+    jobs = jobs_for(index, parse_targets(index, a.targets), a.target)
+    summary = compile_ahead(jobs, a.cache, workers=a.workers, target=a.target,
+                            log=None if a.json else (lambda m: print(m, file=sys.stderr, flush=True)))
+    print(json.dumps(summary) if a.json else
+          f"compile-ahead: {summary['compiled']} compiled, {summary['skipped']} already in {summary['dir']}, "
+          f"{summary['failed']} failed, {summary['seconds']} s")
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

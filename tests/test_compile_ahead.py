@@ -1,0 +1,74 @@
+"""Compile ahead (runner/skillrun/execute/compile_ahead.py): a call's Triton kernels compiled for sm_90a on
+the CPU, in parallel, into a folder keyed by the compiler and the kernel source, which a later process
+(a device call's children) finds in Triton's own cache."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from defects.kb import card, make_defect_kb  # noqa: E402
+from skillrun.execute import compile_ahead  # noqa: E402
+from skillrun.kb.index import SkillIndex  # noqa: E402
+
+SMALL = {"BM": 32, "BN": 32, "BK": 32, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    c = card("toy_compile_ahead", "defects.toy_triton:build", backend="triton")
+    c["recipes"][0]["config"] = dict(SMALL)
+    root = make_defect_kb(tmp_path_factory.mktemp("ca_kb"), [c])
+    idx = SkillIndex.load(root)
+    assert not idx.errors, [str(e) for e in idx.errors]
+    return idx
+
+
+@pytest.fixture(scope="module")
+def compiled(index, tmp_path_factory):
+    shapes = [("toy_compile_ahead", {"M": 64, "N": 64, "K": 64}), ("toy_compile_ahead", {"M": 128, "N": 64, "K": 64}),
+              ("toy_compile_ahead", {"M": 64, "N": 64, "K": 64})]
+    jobs = compile_ahead.jobs_for(index, shapes)
+    root = tmp_path_factory.mktemp("cache")
+    return jobs, root, compile_ahead.compile_ahead(jobs, root, workers=2)
+
+
+def test_a_calls_kernels_compile_once_into_a_folder_keyed_by_compiler_and_source(compiled):
+    jobs, root, first = compiled
+    assert len(jobs) == 2  # the same shape twice is one job
+    assert all(j["ref"] == "defects.toy_triton:build" and j["config"] == SMALL and len(j["source"]) == 64 for j in jobs)
+    assert first["compiled"] == 2 and first["failed"] == 0, first
+    folder = Path(first["dir"])
+    assert folder.name == f"sm_90a-triton-{compile_ahead.compiler_version()}"
+    assert list(folder.rglob("*.cubin"))  # Triton's own cache entries
+    manifest = json.loads((folder / compile_ahead.MANIFEST).read_text())["jobs"]
+    assert {m["source"] for m in manifest.values()} == {jobs[0]["source"]}
+    again = compile_ahead.compile_ahead(jobs, root, workers=2)
+    assert again["compiled"] == 0 and again["skipped"] == 2
+    # an edited kernel source is another job: compiled again, never served a stale binary by the manifest
+    edited = [{**j, "source": "0" * 64} for j in jobs[:1]]
+    edited[0]["key"] = compile_ahead.job_key(edited[0])
+    assert compile_ahead.compile_ahead(edited, root, workers=1)["compiled"] == 1
+
+
+def test_a_later_process_finds_the_compiles_in_tritons_cache(compiled):
+    jobs, _, done = compiled
+    code = ("import json, sys; from skillrun.execute import compile_ahead as c; "
+            "print(json.dumps(c._compile(json.loads(sys.argv[1]))))")
+    env = {**os.environ, "TRITON_CACHE_DIR": done["dir"]}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(jobs[0])], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["status"] == "ok" and res["hits"] >= 1 and res["misses"] == 0, res
+
+
+def test_the_folder_to_carry_is_printed_for_a_device_script(tmp_path, capsys):
+    assert compile_ahead.main(["--cache", str(tmp_path), "--print-dir"]) == 0
+    assert capsys.readouterr().out.strip() == str(compile_ahead.cache_dir(tmp_path))
