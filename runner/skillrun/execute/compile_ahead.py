@@ -129,13 +129,17 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def compile_ahead(jobs: list[dict[str, Any]], root: str | Path, *, workers: int | None = None,
-                  target: str = DEFAULT_TARGET, log: Any = None) -> dict[str, Any]:
+                  target: str = DEFAULT_TARGET, log: Any = None, on_done: Any = None) -> dict[str, Any]:
     """Compile every job not already in the folder's manifest, ``workers`` at a time (default: every
-    CPU core); returns the summary (folder, compiled, skipped, failed, seconds) and updates the manifest."""
+    CPU core); returns the summary (folder, compiled, skipped, failed, seconds) and updates the manifest.
+    ``on_done(key, result)`` is told of each job as it finishes (a measuring loop waiting for its own)."""
     folder = cache_dir(root, target)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(folder)
     todo = [j for j in jobs if manifest["jobs"].get(j["key"], {}).get("status") != "ok"]
+    for j in jobs:
+        if j not in todo and on_done is not None:
+            on_done(j["key"], manifest["jobs"][j["key"]])
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     if todo:
@@ -150,6 +154,8 @@ def compile_ahead(jobs: list[dict[str, Any]], root: str | Path, *, workers: int 
                 except Exception as exc:  # noqa: BLE001 - a worker that died (an abort in the compiler)
                     res = {"key": job["key"], "status": "error", "error": f"worker died: {type(exc).__name__}: {exc}"}
                 results.append(res)
+                if on_done is not None:
+                    on_done(job["key"], res)
                 manifest["jobs"][job["key"]] = {**{k: job[k] for k in ("card", "recipe", "ref", "shape", "config", "target", "source")},
                                                 **{k: v for k, v in res.items() if k != "key"},
                                                 "compiler": compiler_version(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
