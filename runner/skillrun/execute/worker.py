@@ -705,6 +705,10 @@ def probe(task: dict) -> dict:
 
 
 def _judge(task: dict) -> dict:
+    COST.mark("imports")
+    import torch  # noqa: F401  (what the judge computes with; counted as imports, not as the check)
+
+    importlib.import_module(task["problem"])
     COST.mark("checks")
     from skillrun.execute import judge
 
