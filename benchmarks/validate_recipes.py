@@ -236,7 +236,10 @@ def compile_in_background(index, todo: list[dict], cache: str, log) -> tuple[dic
     for (card, sd), t in zip(targets, todo):
         key = next((j["key"] for j in jobs if j["card"] == card and j["shape"] == sd), None)
         state["by_target"][(t["card"], t["shape"])] = key
-    os.environ["TRITON_CACHE_DIR"] = str(compile_ahead.cache_dir(cache))  # the children find the compiles there
+    folder = compile_ahead.cache_dir(cache)
+    if folder.is_dir():
+        compile_ahead.relocate(folder)  # a carried folder: Triton's entries name their files by absolute path
+    os.environ["TRITON_CACHE_DIR"] = str(folder)  # the children find the compiles there
 
     def work() -> None:
         try:

@@ -69,6 +69,47 @@ def test_a_later_process_finds_the_compiles_in_tritons_cache(compiled):
     assert res["status"] == "ok" and res["hits"] >= 1 and res["misses"] == 0, res
 
 
+def _hit_in(folder: str, job: dict) -> dict:
+    code = ("import json, sys; from skillrun.execute import compile_ahead as c; "
+            "print(json.dumps(c._compile(json.loads(sys.argv[1]))))")
+    env = {**os.environ, "TRITON_CACHE_DIR": folder}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(job)], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_carried_folder_is_relocated_and_pruned_to_what_a_launch_loads(compiled, tmp_path):
+    import shutil
+
+    jobs, root, done = compiled
+    here = tmp_path / "here"
+    shutil.copytree(root, here)
+    compile_ahead.relocate(compile_ahead.cache_dir(here))
+    stale, moved = tmp_path / "stale", tmp_path / "moved"
+    shutil.copytree(here, stale)
+    shutil.copytree(here, moved)
+    shutil.rmtree(here)  # the folder was carried away: the paths Triton wrote are gone
+    # Triton names its files by absolute path: without relocation the carried copy serves nothing
+    assert _hit_in(str(compile_ahead.cache_dir(stale)), jobs[1])["misses"] >= 1
+    folder = compile_ahead.cache_dir(moved)
+    before = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    assert compile_ahead.prune(folder) > before / 2  # cubin + metadata only, relocated
+    assert all(f.suffix in compile_ahead.LAUNCH_FILES or f.name.startswith("__grp__") for f in folder.rglob("*") if f.is_file())
+    grp = next(folder.glob("*/__grp__*.json"))
+    assert all(p.startswith(str(folder)) for p in json.loads(grp.read_text())["child_paths"].values())
+    # what a launch loads is there: the same kernel compiled again is a cache hit
+    code = ("import json, sys; from triton import knobs; seen = []; "
+            "knobs.compilation.listener = lambda cache_hit, **_: seen.append(cache_hit); "
+            "from defects import toy_triton; toy_triton.launch_only(json.loads(sys.argv[1]), json.loads(sys.argv[2])); "
+            "print(json.dumps(seen))")
+    env = {**os.environ, "TRITON_CACHE_DIR": str(folder)}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(jobs[1]["shape"]), json.dumps(jobs[1]["config"])],
+                         capture_output=True, text=True, env=env, timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True]
+
+
 def test_the_folder_to_carry_is_printed_for_a_device_script(tmp_path, capsys):
     assert compile_ahead.main(["--cache", str(tmp_path), "--print-dir"]) == 0
     assert capsys.readouterr().out.strip() == str(compile_ahead.cache_dir(tmp_path))

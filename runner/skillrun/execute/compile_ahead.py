@@ -16,6 +16,11 @@ The folder is keyed by what makes a compiled kernel reusable:
   job whose identity is recorded is not compiled again, and Triton's own cache key (source hash,
   options, target) decides the rest.
 
+Triton's cache records its files by absolute path (``__grp__*.json``), so a folder carried to
+another machine or path must be relocated before use (:func:`relocate`; validate_recipes does it,
+``--relocate`` on the command line); ``--prune`` keeps only what a launch loads (the cubin and its
+metadata), about a fifth of the size, for a device call's carry limit.
+
 Whether the device's launches were served by it is measured, not assumed: each task child records
 Triton's cache hits and misses (worker.py, ``compile_cache`` in the artifact's ``cost``).
 
@@ -120,6 +125,41 @@ def _compile(job: dict[str, Any]) -> dict[str, Any]:
                 "error": f"{type(exc).__name__}: {str(exc)[-400:]}", **seen}
 
 
+# What a launch from the cache loads (triton.compiler.CompiledKernel: the binary and its metadata).
+LAUNCH_FILES = (".cubin", ".hsaco", ".json")
+
+
+def relocate(folder: str | Path) -> int:
+    """Point every cache group of ``folder`` at the files where they are now (Triton writes absolute
+    paths, so a carried folder would miss every entry); returns the groups rewritten."""
+    n = 0
+    for grp in Path(folder).glob("*/__grp__*.json"):
+        try:
+            data = json.loads(grp.read_text())
+            paths = data["child_paths"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        moved = {name: str(grp.parent / Path(p).name) for name, p in paths.items() if (grp.parent / Path(p).name).exists()}
+        if moved != paths:
+            tmp = grp.with_name(grp.name + ".tmp")
+            tmp.write_text(json.dumps({"child_paths": moved}))
+            os.replace(tmp, grp)
+            n += 1
+    return n
+
+
+def prune(folder: str | Path) -> int:
+    """Keep only what a launch loads (LAUNCH_FILES) in every cache entry, then relocate; returns the bytes freed.
+    compile_only cannot read its facts from a pruned entry, so the manifest keeps the jobs done."""
+    freed = 0
+    for f in Path(folder).glob("*/*"):
+        if f.is_file() and not f.name.startswith("__grp__") and f.suffix not in LAUNCH_FILES:
+            freed += f.stat().st_size
+            f.unlink()
+    relocate(folder)
+    return freed
+
+
 def _read_manifest(folder: Path) -> dict[str, Any]:
     try:
         data = json.loads((folder / MANIFEST).read_text())
@@ -198,11 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", required=True, help="the carried folder (a subfolder per target and compiler is used)")
     ap.add_argument("--target", default=DEFAULT_TARGET)
     ap.add_argument("--workers", type=int, default=None, help="parallel compiles (default: every CPU core)")
-    ap.add_argument("--print-dir", action="store_true", help="print the folder to set TRITON_CACHE_DIR to, and exit")
+    ap.add_argument("--print-dir", action="store_true",
+                    help="relocate the folder (see --relocate), print it (what TRITON_CACHE_DIR should be), and exit")
+    ap.add_argument("--relocate", action="store_true", help="rewrite the cache's file paths for where the folder is now")
+    ap.add_argument("--prune", action="store_true", help="after compiling, keep only what a launch loads (for carrying)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    if a.print_dir:
-        print(cache_dir(a.cache, a.target))
+    if a.print_dir or a.relocate:
+        folder = cache_dir(a.cache, a.target)
+        n = relocate(folder) if folder.is_dir() else 0
+        print(folder if a.print_dir else f"relocated {n} cache entries in {folder}")
         return 0
     from skillrun.kb.index import SkillIndex
 
@@ -210,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = jobs_for(index, parse_targets(index, a.targets), a.target)
     summary = compile_ahead(jobs, a.cache, workers=a.workers, target=a.target,
                             log=None if a.json else (lambda m: print(m, file=sys.stderr, flush=True)))
+    if a.prune:
+        summary["pruned_bytes"] = prune(summary["dir"])
     print(json.dumps(summary) if a.json else
           f"compile-ahead: {summary['compiled']} compiled, {summary['skipped']} already in {summary['dir']}, "
           f"{summary['failed']} failed, {summary['seconds']} s")
