@@ -133,3 +133,25 @@ def test_a_real_budgeted_call_on_the_cpu_backend_shares_the_cards_processes(vr, 
     assert len(done) == 2 and all(t["verdict"] == "cpu_numerics_passed" for t in done)
     assert [t["cost"]["processes_started"] for t in done] == [3, 0]  # one session for the card's shapes
     assert m["calls"][0]["summary"]["shapes"] == 2 and m["calls"][0]["summary"]["device_seconds"]["imports"] > 0
+
+
+def test_the_device_script_for_every_sm90_shape_parses_and_names_what_exists():
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    script = BENCH / "device_measure_all_sm90.sh"
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    text = script.read_text()
+    for path in ("benchmarks/validate_recipes.py", ".ci/device-env.sh"):
+        assert path in text and (ROOT / path).exists(), path
+    for flag in ("--budget", "--manifest", "--compile-cache", "timeout"):
+        assert flag in text
+    cards = ["triton_fp8_blockscale_gemm_sm90", "triton_fp8_rowwise_batched_gemm_sm90", "triton_moe_a16wi4_sm90",
+             "triton_moe_fp8_blockscale_sm90"]
+    assert all(c in text and (ROOT / "skills" / c / "SKILL.md").exists() for c in cards)
+    # the README gives this exact command for the H200 (issue 35)
+    readme = (ROOT / "README.md").read_text()
+    assert "BUDGET_S=540 OUT=$OUT bash benchmarks/device_measure_all_sm90.sh" in readme
