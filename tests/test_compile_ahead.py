@@ -45,9 +45,11 @@ def test_a_calls_kernels_compile_once_into_a_folder_keyed_by_compiler_and_source
     assert all(j["ref"] == "defects.toy_triton:build" and j["config"] == SMALL and len(j["source"]) == 64 for j in jobs)
     assert first["compiled"] == 2 and first["failed"] == 0, first
     folder = Path(first["dir"])
+    manifest = json.loads((folder / compile_ahead.MANIFEST).read_text())["jobs"]
+    # compiled from the port's own launch (run on CPU tensors, the JIT's compile request sent to sm_90a)
+    assert {m["how"] for m in manifest.values()} == {"launch"}
     assert folder.name == f"sm_90a-triton-{compile_ahead.compiler_version()}"
     assert list(folder.rglob("*.cubin"))  # Triton's own cache entries
-    manifest = json.loads((folder / compile_ahead.MANIFEST).read_text())["jobs"]
     assert {m["source"] for m in manifest.values()} == {jobs[0]["source"]}
     again = compile_ahead.compile_ahead(jobs, root, workers=2)
     assert again["compiled"] == 0 and again["skipped"] == 2
@@ -55,6 +57,16 @@ def test_a_calls_kernels_compile_once_into_a_folder_keyed_by_compiler_and_source
     edited = [{**j, "source": "0" * 64} for j in jobs[:1]]
     edited[0]["key"] = compile_ahead.job_key(edited[0])
     assert compile_ahead.compile_ahead(edited, root, workers=1)["compiled"] == 1
+
+
+def test_a_launch_path_that_needs_a_gpu_falls_back_to_compile_only(compiled, tmp_path):
+    jobs, _, _ = compiled
+    job = {**jobs[0], "ref": "defects.toy_triton:build_gpu_only"}
+    job["key"] = compile_ahead.job_key(job)
+    done = compile_ahead.compile_ahead([job], tmp_path, workers=1)
+    assert done["compiled"] == 1, done
+    entry = json.loads((Path(done["dir"]) / compile_ahead.MANIFEST).read_text())["jobs"][job["key"]]
+    assert entry["how"].startswith("compile_only (") and "needs a CUDA device" in entry["how"]
 
 
 def test_a_later_process_finds_the_compiles_in_tritons_cache(compiled):

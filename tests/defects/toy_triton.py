@@ -103,3 +103,10 @@ def launch_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -
     ck = compile_kernel(_toy_mm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
                         num_warps=cfg.get("num_warps", 8), num_stages=cfg.get("num_stages", 3), arch=arch)
     return {"arch": arch, "config": cfg, "kernels": [{"name": "_toy_mm_kernel", "cubin_bytes": len(ck.asm["cubin"])}]}
+
+
+def build_gpu_only(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """The toy port, refusing a CPU device in its build (as a port that calls CUDA-only APIs would)."""
+    if not str(device).startswith("cuda"):
+        raise RuntimeError("this port needs a CUDA device")
+    return build(shape, config, device)

@@ -1,11 +1,20 @@
 """Compile ahead, off the GPU's clock: every kernel variant a call will need, on the host's CPU cores.
 
-Triton compiles for sm_90a on a machine without a GPU (its bundled ptxas), and a port's
-``compile_only(shape, config, arch)`` compiles exactly the kernels its ``build`` would launch
-(kernels/skillrun_kernels/protocol.py). Run before a device call (on CI, or on the device's host
-before the session starts, its 16 cores in parallel), the compiles land in Triton's own on-disk
-cache; the runner's children find them there when they launch (``TRITON_CACHE_DIR``), and no shape
-spends device time compiling.
+Triton compiles for sm_90a on a machine without a GPU (its bundled ptxas). A cache entry serves a
+launch only if its key (kernel source, argument types and specialisations, constexprs, options,
+target) is the one the launch computes, so each job compiles what the port's own launch asks for:
+
+* **by launch** (first choice): the port is built and run on CPU tensors at the real shape with a
+  stand-in sm_90 driver, and Triton's JIT cache hook compiles each kernel the launch requests for
+  sm_90a instead of launching it: the specialisations are the JIT's own (the port's ``compile_only``
+  did not produce the same key for the block-scale port, checked with this very hook);
+* **by compile_only** (fallback, when the launch path cannot run on the CPU: a CUDA-only call, inputs
+  too large for the host, no Triton launch seen): ``compile_only(shape, config, arch)``
+  (kernels/skillrun_kernels/protocol.py), which may or may not produce the launch's key.
+
+Run before a device call (on CI, or on the device's host while the GPU measures, all cores in
+parallel), the compiles land in Triton's own on-disk cache; the runner's children find them there
+when they launch (``TRITON_CACHE_DIR``), and no shape spends device time compiling.
 
 The folder is keyed by what makes a compiled kernel reusable:
 
@@ -82,6 +91,7 @@ def jobs_for(index: Any, targets: list[tuple[str, dict[str, int]]], target: str 
             continue
         ident, _ = source_identity(r.kernel)
         job = {"card": card_id, "recipe": r.name, "ref": r.kernel, "shape": dict(shape), "config": dict(r.config),
+               "problem": card.references.get("problem"),
                "target": target, "source": ident.get("kernel_source_sha256"),
                "sources": sorted((ident.get("kernel_sources") or {}).items()) if isinstance(ident.get("kernel_sources"), dict) else None}
         key = job_key(job)
@@ -97,8 +107,84 @@ def _init(cache: str) -> None:
     os.environ.pop("TRITON_INTERPRET", None)
 
 
+# The launch path runs on host memory: inputs beyond this (a MoE layer's experts) fall back to compile_only.
+LAUNCH_MAX_BYTES = int(os.environ.get("SKILLRUN_COMPILE_AHEAD_MAX_BYTES", str(4 << 30)))
+
+
+class _NotByLaunch(Exception):
+    pass
+
+
+def _by_launch(job: dict[str, Any]) -> int:
+    """Build and run the port on CPU tensors with a stand-in sm_90 driver; each kernel launch is compiled
+    for the target by Triton's JIT cache hook instead of launched. Returns the kernels compiled."""
+    import torch
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime import jit as jitmod
+    from triton.runtime.driver import driver
+
+    problem = importlib.import_module(job["problem"]) if job.get("problem") else None
+    if problem is None:
+        raise _NotByLaunch("no problem module")
+    need = float(problem.min_bytes(dict(job["shape"]))) if hasattr(problem, "min_bytes") else 0.0
+    if need * 3 > LAUNCH_MAX_BYTES:
+        raise _NotByLaunch(f"inputs of ~{need / 2**30:.1f} GiB are too large for the host")
+    from skillrun_kernels._triton.compile import capability
+
+    target = GPUTarget("cuda", capability(job["target"]), 32)
+
+    class StandIn:  # what JITFunction.run asks of the active driver before it compiles
+        def get_current_target(self):
+            return target
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+    options: list = []
+    asked = {"n": 0}
+    orig = jitmod.JITFunction._call_hook
+
+    def call_hook(self, hook, key, signature, device, constants, opts, configs, is_warmup):
+        options[:] = [opts]  # the launch's own parsed options, for the compile below
+        return orig(self, hook, key, signature, device, constants, opts, configs, is_warmup)
+
+    def compile_instead(*, fn, compile, **_: Any) -> bool:
+        src = ASTSource(fn.jit_function, compile["signature"], compile["constants"], compile["configs"][0])
+        triton.compile(src, target=target, options=options[0].__dict__)
+        asked["n"] += 1
+        return True  # compiled, not launched
+
+    driver.set_active(StandIn())
+    jitmod.JITFunction._call_hook = call_hook
+    knobs.runtime.jit_cache_hook = compile_instead
+    try:
+        mod, _, fn = job["ref"].partition(":")
+        launch = getattr(importlib.import_module(mod), fn)(dict(job["shape"]), dict(job["config"]), "cpu")
+        inputs = problem.make_inputs(dict(job["shape"]), 1, "cpu")
+        prepared = launch.prepare(inputs) if getattr(launch, "prepare", None) else inputs
+        launch.run(prepared, problem.output_like(dict(job["shape"]), "cpu"))
+    except Exception as exc:  # noqa: BLE001 - a launch path that needs a GPU: compile_only instead
+        if not asked["n"]:
+            raise _NotByLaunch(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    finally:
+        knobs.runtime.jit_cache_hook = None
+        jitmod.JITFunction._call_hook = orig
+    if not asked["n"]:
+        raise _NotByLaunch("its launch on the CPU asked for no Triton kernel")
+    return asked["n"]
+
+
 def _compile(job: dict[str, Any]) -> dict[str, Any]:
-    """One job in a worker process: the port's compile_only at the job's shape and config."""
+    """One job in a worker process: the kernels the port's launch asks for (by launch), else its compile_only."""
     t0 = time.perf_counter()
     seen = {"hits": 0, "misses": 0}
     try:
@@ -111,6 +197,15 @@ def _compile(job: dict[str, Any]) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - an older Triton without the listener: counts stay zero
         pass
     try:
+        n = _by_launch(job)
+        return {"key": job["key"], "status": "ok", "how": "launch", "kernels_compiled": n,
+                "seconds": round(time.perf_counter() - t0, 2), **seen}
+    except _NotByLaunch as exc:
+        why = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the compile itself failed: that is the job's error
+        return {"key": job["key"], "status": "error", "how": "launch", "seconds": round(time.perf_counter() - t0, 2),
+                "error": f"{type(exc).__name__}: {str(exc)[-400:]}", **seen}
+    try:
         module = importlib.import_module(job["ref"].split(":")[0])
         if not callable(getattr(module, "compile_only", None)):
             raise TypeError(f"{job['ref']} has no compile_only(shape, config, arch)")
@@ -119,7 +214,8 @@ def _compile(job: dict[str, Any]) -> dict[str, Any]:
         facts = port_facts(module, job["shape"], job["config"], job["target"])
         kernels = [{k: v for k, v in kern.items() if k in ("name", "regs", "shared_bytes", "spill_store_bytes")}
                    for kern in facts.get("kernels") or []]
-        return {"key": job["key"], "status": "ok", "seconds": round(time.perf_counter() - t0, 2), "kernels": kernels, **seen}
+        return {"key": job["key"], "status": "ok", "how": f"compile_only ({why})", "seconds": round(time.perf_counter() - t0, 2),
+                "kernels": kernels, **seen}
     except Exception as exc:  # noqa: BLE001 - a port that does not compile is reported, the others go on
         return {"key": job["key"], "status": "error", "seconds": round(time.perf_counter() - t0, 2),
                 "error": f"{type(exc).__name__}: {str(exc)[-400:]}", **seen}
@@ -196,11 +292,11 @@ def compile_ahead(jobs: list[dict[str, Any]], root: str | Path, *, workers: int 
                 results.append(res)
                 if on_done is not None:
                     on_done(job["key"], res)
-                manifest["jobs"][job["key"]] = {**{k: job[k] for k in ("card", "recipe", "ref", "shape", "config", "target", "source")},
+                manifest["jobs"][job["key"]] = {**{k: job.get(k) for k in ("card", "recipe", "ref", "shape", "config", "target", "source")},
                                                 **{k: v for k, v in res.items() if k != "key"},
                                                 "compiler": compiler_version(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 if log:
-                    log(f"[compile-ahead] {job['card']} {job['recipe']} {job['shape']}: {res['status']} "
+                    log(f"[compile-ahead] {job['card']} {job['recipe']} {job['shape']}: {res['status']} by {res.get('how', '?')} "
                         f"{res.get('seconds', '?')} s" + (f" ({res.get('error')})" if res.get("error") else ""))
         tmp = folder / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
