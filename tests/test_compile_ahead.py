@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 
 from defects.kb import card, make_defect_kb  # noqa: E402
 from skillrun.execute import compile_ahead  # noqa: E402
+from skillrun.execute.childproc import child_env  # noqa: E402
 from skillrun.kb.index import SkillIndex  # noqa: E402
 
 SMALL = {"BM": 32, "BN": 32, "BK": 32, "num_warps": 4, "num_stages": 2}
@@ -73,18 +74,18 @@ def test_a_later_process_finds_the_compiles_in_tritons_cache(compiled):
     jobs, _, done = compiled
     code = ("import json, sys; from skillrun.execute import compile_ahead as c; "
             "print(json.dumps(c._compile(json.loads(sys.argv[1]))))")
-    env = {**os.environ, "TRITON_CACHE_DIR": done["dir"]}
+    env = {**child_env(), "TRITON_CACHE_DIR": done["dir"]}  # this process's import path (tests/ for defects)
     env.pop("TRITON_INTERPRET", None)
     out = subprocess.run([sys.executable, "-c", code, json.dumps(jobs[0])], capture_output=True, text=True, env=env,
                          timeout=300, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res["status"] == "ok" and res["hits"] >= 1 and res["misses"] == 0, res
+    assert res["status"] == "ok" and res["hits"] >= 1 and res["misses"] == 0, json.dumps(res)
 
 
 def _hit_in(folder: str, job: dict) -> dict:
     code = ("import json, sys; from skillrun.execute import compile_ahead as c; "
             "print(json.dumps(c._compile(json.loads(sys.argv[1]))))")
-    env = {**os.environ, "TRITON_CACHE_DIR": folder}
+    env = {**child_env(), "TRITON_CACHE_DIR": folder}
     env.pop("TRITON_INTERPRET", None)
     out = subprocess.run([sys.executable, "-c", code, json.dumps(job)], capture_output=True, text=True, env=env,
                          timeout=300, check=True)
@@ -115,7 +116,7 @@ def test_a_carried_folder_is_relocated_and_pruned_to_what_a_launch_loads(compile
             "knobs.compilation.listener = lambda cache_hit, **_: seen.append(cache_hit); "
             "from defects import toy_triton; toy_triton.launch_only(json.loads(sys.argv[1]), json.loads(sys.argv[2])); "
             "print(json.dumps(seen))")
-    env = {**os.environ, "TRITON_CACHE_DIR": str(folder)}
+    env = {**child_env(), "TRITON_CACHE_DIR": str(folder)}
     env.pop("TRITON_INTERPRET", None)
     out = subprocess.run([sys.executable, "-c", code, json.dumps(jobs[1]["shape"]), json.dumps(jobs[1]["config"])],
                          capture_output=True, text=True, env=env, timeout=300, check=True)
