@@ -44,7 +44,8 @@ def test_a_cards_shapes_share_its_processes_and_each_is_judged_on_its_own(kb):
     assert [r["cost"]["processes_started"] for r in recs] == [3, 0, 0]
     assert all(r["cost"]["processes"].startswith("per-card") for r in recs)
     first, later = recs[0]["cost"]["device_seconds"], recs[2]["cost"]["device_seconds"]
-    assert first["imports"] > 0 and "imports" not in later and "process_start" not in later
+    # (a later shape's "imports" is its already-loaded modules looked up again: a millisecond or so)
+    assert first["imports"] > 1.0 and later.get("imports", 0.0) < 0.1 and "process_start" not in later
     for r in recs:
         c = r["cost"]
         assert set(c["device_seconds"]) <= set(PHASES) and c["device_seconds"]["rounds"] > 0
