@@ -27,7 +27,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from skillrun.execute import integrity, judge, parity
+from skillrun.execute import confidence, integrity, judge, parity
 
 _MODES = ("full", "block", "block", "keep")
 
@@ -120,6 +120,13 @@ class Referee:
         self.contract = output_contract(self.problem, self.shape, self.device)
         tcfg = task.get("timing") or {}
         self.rounds = max(1, int(tcfg.get("rounds", 100)))
+        # A session that stops on confidence (confidence.py) runs at least plan_rounds and at most
+        # ``rounds``: the checks are drawn over the rounds it is sure to run, and past them at the same
+        # rate, so stopping early never leaves a port with fewer checks, nor unchecked late rounds.
+        planned = confidence.plan_rounds(task)
+        self.open_ended = planned is not None
+        if planned is not None:
+            self.rounds = planned
         self.k_target = max(1, min(int(tcfg.get("check_timed", 16)), self.rounds))
         # The session makes at most max_sets input sets (timing.rotation_sets); the referee holds a copy
         # of each, so a session asking for more is refused before it can fill this process's memory.
@@ -239,6 +246,8 @@ class Referee:
         left = max(1, self.rounds - (self.timed - 1))
         need = self.k_target - self.checked
         check = need > 0 and (self.rng.random() * left < need or (bool(msg.get("last")) and self.checked == 0))
+        if self.open_ended and self.timed > self.rounds:
+            check = self.rng.random() * self.rounds < self.k_target  # past the planned rounds: the same rate
         if not check:
             return {"check": False}
         self.checked += 1
