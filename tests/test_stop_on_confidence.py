@@ -178,3 +178,69 @@ def test_before_the_fix_the_spins_before_synchronizing_slots_grew_to_their_cap()
     timer.UNSPIN_AFTER = 10 ** 9
     timing.interleave(slots, timer, 40, 2, after_round=lambda info: gpu.host_work(500.0), rng=random.Random(2))
     assert timer.hold_us >= 100_000
+
+
+def _syncing_slots(gpu):
+    def syncing(us):
+        def fn():
+            gpu.kernel(us / 2)
+            gpu.synchronize()  # a count read back on the host
+            gpu.kernel(us / 2)
+        return fn
+
+    return {"port": lambda: gpu.kernel(100.0), "mslk": syncing(300.0), "loop": syncing(400.0),
+            "loop#aa": syncing(400.0), "canary": lambda: gpu.kernel(200.0)}
+
+
+def _as_the_session_does(gpu, launch, rounds: int, seed: int = 2):
+    """The parent's order (balanced blocks), each launch a request to its slot's process: timed there as a
+    round of its own, with the request's round trip on the host between launches."""
+    slots = _syncing_slots(gpu)
+    orders = timing.balanced_orders(list(slots), random.Random(seed))
+    ms: dict[str, list[float]] = {n: [] for n in slots}
+    for _ in range(rounds):
+        for n in next(orders):
+            gpu.host_work(300.0)  # the request's round trip, the commitment
+            ms[n].append(launch(n, slots[n]))
+    return ms
+
+
+def test_in_the_sessions_slot_processes_a_synchronizing_slot_loses_its_spin_and_no_other_slot_waits():
+    """On main's engine every launch is a round of its own in its slot's process (slot_server.py). With one
+    timer per process, a reference that reads counts back grew the hold before every launch of every slot
+    of the references' process; with a timer per slot (timing.LaunchTimers) only its own steps change."""
+    gpu = SimGPU()
+    timers = timing.LaunchTimers.like(timing.EventTimer(device=gpu, sustain_ms=0.0))
+    _as_the_session_does(gpu, lambda n, fn: timers.launch(n, fn)[0], 40)
+    assert {n for n, t in timers.timers.items() if t.unspun} == {"mslk", "loop", "loop#aa"}
+    assert all(n in timers.timers[n].unspun for n in ("mslk", "loop", "loop#aa"))
+    assert max(t.hold_us for t in timers.timers.values()) < 5_000  # no hold grew towards the 200 ms cap
+    assert not timers.timers["port"].launch_hold and not timers.timers["canary"].launch_hold
+    # the next 20 rounds: a spin before each launch of the port and the canary, none before the others,
+    # and the host's time per round is the work and the round trips, not spins
+    spins, h = gpu.spins, gpu.h
+    ms = _as_the_session_does(gpu, lambda n, fn: timers.launch(n, fn)[0], 20, seed=3)
+    assert gpu.spins - spins == 2 * 20
+    assert (gpu.h - h) / 20 < 5 * 300.0 + 2_500
+    assert percentile(ms["port"], 50) * 1e3 == pytest.approx(100.0, rel=0.01)
+    _, info = timers.launch("mslk", _syncing_slots(gpu)["mslk"])
+    assert info["unspun"] and info["self_synced"] and info["launch_hold"]
+    _, info = timers.launch("port", _syncing_slots(gpu)["port"])
+    assert not info["unspun"] and not info["self_synced"] and info["held"]
+
+
+def test_with_one_timer_for_a_process_the_synchronizing_reference_grew_every_slots_hold():
+    """The teeth of the test above: main's slot process before the integration, one timer for all its slots."""
+    gpu = SimGPU()
+    timer = timing.EventTimer(device=gpu, sustain_ms=0.0)
+
+    def launch(n, fn):
+        timer.begin_round()
+        read = timer.measure(fn)
+        timer.end_round()
+        return read()
+
+    _as_the_session_does(gpu, launch, 40)
+    h = gpu.h
+    _as_the_session_does(gpu, launch, 20, seed=3)
+    assert timer.hold_us >= 100_000 and (gpu.h - h) / 20 > 100_000  # 2 s a round against 3.7 ms above

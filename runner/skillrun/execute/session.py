@@ -337,9 +337,12 @@ class ParentClock:
         self.hold = hold
         self.sustain_ms = sustain_ms
         self.hold_us: float | None = None
-        # Each launch is a round of its own in its process (behind its own hold on a GPU): nothing to report
-        # as the engine's per-launch mode, which is for launches that synchronize inside themselves.
+        # Each launch is a round of its own in its process, behind its own hold on a GPU, with a timer of its
+        # slot's own (timing.LaunchTimers): ``launch_hold`` says a slot's timer went to the engine's
+        # per-launch mode (a launch that synchronizes inside itself), ``unspun`` which slots then lost
+        # their spin altogether.
         self.launch_hold = False
+        self.unspun: set[str] = set()
         self.queue: list[tuple[str, int]] = []
         self.observing: str | None = None
         self.round: list[dict] = []
@@ -368,6 +371,9 @@ class ParentClock:
         self.round.append(rec)
         if rec.get("hold_us"):
             self.hold_us = max(self.hold_us or 0.0, float(rec["hold_us"]))
+        self.launch_hold = self.launch_hold or rec["launch_hold"]
+        if rec["unspun"]:
+            self.unspun.add(fn.slot)
         return lambda: rec["sample"]
 
     def end_round(self) -> dict[str, Any]:
@@ -375,8 +381,12 @@ class ParentClock:
         recs, self.round = self.round, []
         helds = [r.get("held") for r in recs if r.get("held") is not None]
         clocks = [r["clock_mhz"] for r in recs if isinstance(r.get("clock_mhz"), (int, float))]
-        return {"held": all(helds) if helds else None, "queue_us": None,
-                "clock_mhz": sorted(clocks)[len(clocks) // 2] if clocks else None}
+        out = {"held": all(helds) if helds else None, "queue_us": None,
+               "clock_mhz": sorted(clocks)[len(clocks) // 2] if clocks else None}
+        if any(r["launch_hold"] for r in recs):
+            # per launch, as the engine counts a slot that synchronizes inside its launch (hold.self_syncing)
+            out["launch_held"] = [not r["self_synced"] for r in recs]
+        return out
 
     def sync(self) -> None:
         self._flush()
@@ -494,7 +504,8 @@ class Session:
         if observe and self.observer is not None:
             self.observer.add(slot, rep)
         return {"sample": min(claimed, wall), "held": rep.get("held"), "clock_mhz": rep.get("clock_mhz"),
-                "hold_us": rep.get("hold_us"), "self_synced": bool(rep.get("self_synced"))}
+                "hold_us": rep.get("hold_us"), "self_synced": rep.get("self_synced") is True,
+                "unspun": rep.get("unspun") is True, "launch_hold": rep.get("launch_hold") is True}
 
 
 def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: str, run_task: Callable[..., dict]) -> dict:
@@ -720,7 +731,7 @@ def _drive(s: Session, task: dict) -> dict:
                          **{k: t[k] for k in ("samples", "rounds", "warmup", "raw", "round_info", "position_effect",
                                               "unheld_rounds", "hold_ineffective", "throttled_rounds", "observed",
                                               "observed_positions", "held", "hold_us", "sustain_ms", "launch_hold",
-                                              "self_syncing")},
+                                              "self_syncing", "unspun")},
                          "observed_rounds": len(t["observed_rounds"]),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in s.observer.kernel_ms().items()}
                                          if use_device else {})}

@@ -71,6 +71,8 @@ class Server:
         self.aa = task.get("aa_slot") if task.get("aa_slot") in self.specs else None
         self.tcfg = task.get("timing") or {}
         self.timer = timing.make_timer(self.tcfg.get("timer"), self.device) if self.tcfg.get("timer") else None
+        # Each launch a round of its own behind its own hold, one timer per slot (timing.LaunchTimers).
+        self.timers = timing.LaunchTimers.like(self.timer) if self.timer is not None else None
         self.handover = {n: os.path.join(task["handover"], f"s{i}") for n, i in task["slot_index"].items()}
         self.launches: dict[str, Any] = {}
         self.holder: dict[str, Any] = {}
@@ -293,31 +295,16 @@ class Server:
         """One timed launch (held on its own on a GPU), then the commitment to its output."""
         slot, j, observe = msg["slot"], int(msg["set"]), bool(msg.get("observe"))
         fn = self._fn(slot, j)
-        timer = self.timer
-        begin = getattr(timer, "begin_round", None)
-        end = getattr(timer, "end_round", None)
-        info: dict[str, Any] = {}
         if self.flush is not None:
             self.flush()
         if observe:
             self.observer.round = int(msg.get("index", -1))
-            with self.observer(slot):
-                if begin is not None:
-                    getattr(timer, "begin_round_observed", begin)()
-                read = timer.measure(fn)
-                if end is not None:
-                    info = end()
+            ms, info = self.timers.launch(slot, fn, observe=self.observer(slot))
         else:
-            if begin is not None:
-                begin()
-            read = timer.measure(fn)
-            info = end() if end is not None else {}
-            if end is None:
-                timer.sync()
-        ms = float(read())
+            ms, info = self.timers.launch(slot, fn)
         reply: dict[str, Any] = {"ms": ms, "held": info.get("held"), "clock_mhz": info.get("clock_mhz"),
-                                 "hold_us": getattr(timer, "hold_us", None), "launch_hold": bool(getattr(timer, "launch_hold", False)),
-                                 "self_synced": (info.get("launch_held") or [True])[0] is False}
+                                 "hold_us": info.get("hold_us"), "launch_hold": info["launch_hold"],
+                                 "self_synced": info["self_synced"], "unspun": info["unspun"]}
         if slot != "canary":
             reply.update(self.commit(slot[:-3] if slot.endswith("#aa") else slot))
         if observe:

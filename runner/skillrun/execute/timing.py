@@ -42,6 +42,7 @@ simulated GPU that has launch latency, idle gaps and clock throttling.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 import os
@@ -170,7 +171,7 @@ class TorchDevice:
 class EventTimer:
     """Device events around each launch; the stream is held by a calibrated spin until the round is queued."""
 
-    takes_slot = True  # measure(fn, slot=...): the per-launch hold is decided per slot
+    takes_slot = True  # measure(fn, slot=...), begin_round(slot=...): the per-launch hold is decided per slot
     # A slot whose launch ended its own spin in this many rounds synchronizes inside itself.
     UNSPIN_AFTER = 2
 
@@ -225,18 +226,19 @@ class EventTimer:
             self.cycles_per_us = cpu
         return self.cycles_per_us
 
-    def begin_round_observed(self) -> None:
+    def begin_round_observed(self, slot: str | None = None) -> None:
         """The hold for one launch under the profiler: no lead-in, whose memset kernel would show up in
         the profiled window as a kernel the slot did not launch (seen on the H200: FillFunctor)."""
-        self.begin_round(lead=False)
+        self.begin_round(lead=False, slot=slot)
 
-    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None) -> None:
+    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None, slot: str | None = None) -> None:
+        """``slot``: a round of that one slot's launch (LaunchTimers); an unspun slot gets no hold."""
         self._hold_end = None
         if load is not None:
             # Queued first, so the device is busy with it while the host queues the hold and the
             # round; the hold then only has to cover the round's own queuing.
             load()
-        if self.hold:
+        if self.hold and not (slot is not None and self.launch_hold and slot in self.unspun):
             cpu = self.calibrate()
             self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * cpu))
             self._hold_end = self.dev.event()
@@ -313,6 +315,68 @@ class EventTimer:
 
     def sync(self) -> None:
         self.dev.synchronize()
+
+
+class LaunchTimers:
+    """Each launch a round of its own, behind its own hold: how a session's slot process times the launches
+    the parent asks for one at a time (slot_server.py; the parent runs :func:`interleave` over them).
+
+    One timer per slot (``make()`` builds it; calibrations are shared): a slot's hold, how long it has grown
+    and whether the slot synchronizes inside its launch are its own. A process serving several slots with one
+    timer let a reference that reads counts back on the host (an eager MoE loop) grow the hold before every
+    launch of every slot it served towards the 200 ms cap, and the host waited through each; here that slot
+    alone goes through the engine's steps (unheld launches, then held on its own, then, seen synchronizing
+    ``EventTimer.UNSPIN_AFTER`` times, no spin at all: ``unspun``), and the others keep their short holds."""
+
+    def __init__(self, make: Callable[[], Timer]) -> None:
+        self.make = make
+        self.timers: dict[str, Timer] = {}
+
+    @classmethod
+    def like(cls, proto: Timer) -> "LaunchTimers":
+        """Timers like ``proto`` (make_timer's): event timers share its device (one NVML handle, one lead-in
+        buffer) and its settings; any other timer is built again by its own class."""
+        if isinstance(proto, EventTimer):
+            return cls(lambda: EventTimer(device=proto.dev, hold=proto.hold, sustain_ms=proto.sustain_ms))
+        return cls(lambda: copy.copy(proto))
+
+    def timer(self, slot: str) -> Timer:
+        t = self.timers.get(slot)
+        if t is None:
+            known = next((o for o in self.timers.values() if getattr(o, "cycles_per_us", None)), None)
+            t = self.timers[slot] = self.make()
+            if known is not None and getattr(t, "cycles_per_us", 0) is None:
+                t.cycles_per_us, t.calibration_note = known.cycles_per_us, known.calibration_note  # type: ignore[attr-defined]
+        return t
+
+    def launch(self, slot: str, fn: Callable[[], Any], observe: ContextManager[Any] | None = None) -> tuple[float, dict[str, Any]]:
+        """One timed launch of ``slot`` (inside ``observe``, the profiler, when given): (ms, what the round's end
+        said, plus ``self_synced``, ``unspun``, ``launch_hold`` and ``hold_us`` of this slot's timer)."""
+        timer = self.timer(slot)
+        per_slot = getattr(timer, "takes_slot", False)
+        kw = {"slot": slot} if per_slot else {}
+        begin = getattr(timer, "begin_round", None)
+        end = getattr(timer, "end_round", None)
+        info: dict[str, Any] = {}
+        if observe is not None:
+            with observe:
+                if begin is not None:
+                    getattr(timer, "begin_round_observed", begin)(**kw)
+                read = timer.measure(fn, **kw)
+                if end is not None:
+                    info = end()
+        else:
+            if begin is not None:
+                begin(**kw)
+            read = timer.measure(fn, **kw)
+            info = end() if end is not None else {}
+            if end is None:
+                timer.sync()
+        ms = float(read())
+        flags = info.get("launch_held") or []
+        unspun = slot in (getattr(timer, "unspun", None) or ())
+        return ms, {**info, "self_synced": unspun or (bool(flags) and flags[0] is False), "unspun": unspun,
+                    "launch_hold": bool(getattr(timer, "launch_hold", False)), "hold_us": getattr(timer, "hold_us", None)}
 
 
 class WallTimer:
