@@ -99,8 +99,12 @@ def test_the_referee_plans_its_checks_over_the_rounds_a_confident_session_is_sur
     slots = [{"slot": "port"}, {"slot": "baseline"}, {"slot": "alt:x"}]
     task = {"slots": slots, "port_slot": "port", "aa_slot": "baseline",
             "timing": {"rounds": 200, "check_timed": 16, "stop": {"rule": "confidence", "decisive": ["baseline"]}}}
-    # 4 slots with the A/A copy: blocks of 4; at least 3 blocks and 12 rounds
-    assert confidence.plan_rounds(task) == 12
+    # 3 slots, the A/A copy and the references' canary: blocks of 5; at least 3 blocks and 12 rounds
+    assert confidence.plan_rounds(task) == 15
+    # a session with no reference (the port and its peers only) has no canary: blocks of 3
+    lone = {"slots": [{"slot": "port"}, {"slot": "peer"}], "port_slot": "port", "peers": ["peer"], "aa_slot": "port",
+            "timing": {"rounds": 200, "stop": {"rule": "confidence", "decisive": ["peer"]}}}
+    assert confidence.plan_rounds(lone) == 12
     assert confidence.plan_rounds({**task, "timing": {"rounds": 200}}) is None  # a fixed count: the referee's old plan
     assert confidence.plan_rounds({**task, "timing": {**task["timing"], "rounds": 8}}) == 8
 
@@ -115,7 +119,7 @@ def test_a_referee_of_a_confident_session_checks_all_its_rounds_early_and_keeps_
          "timing": {"rounds": 400, "check_timed": 6, "stop": {"rule": "confidence", "decisive": ["baseline"]}}}
     ref = referee.Referee(t, tmp_path)  # in the parent, answering the session's requests (session.py)
     try:
-        assert ref.rounds == 12 and ref.k_target == 6  # at least 12 rounds (whole blocks)
+        assert ref.rounds == 12 and ref.k_target == 6  # blocks of 4 (the canary too), at least 12 rounds
         assert "seed" in ref.answer({"op": "set", "j": 0})
         out = torch.zeros(8, 8, dtype=torch.float16)
         checked = []

@@ -186,12 +186,16 @@ class StopRule:
 
 def plan_rounds(task: dict[str, Any]) -> int | None:
     """The timed rounds a session task stopping on confidence runs at least (StopRule.horizon, with the
-    session's block: its slots and the A/A copy); None when it stops on the count. The referee draws its
+    session's block: its slots, the A/A copy and the canary); None when it stops on the count. The referee draws its
     checks over these rounds (and past them at the same rate), so a session that stops at its minimum
     still has all of them."""
     tcfg = task.get("timing") or {}
     slots = [s["slot"] for s in task.get("slots") or []]
-    block = len(slots) + (1 if task.get("aa_slot") in slots else 0)
+    accused = {task.get("port_slot", "port"), *(task.get("peers") or [])}
+    # the session's block (session.py): every slot, the A/A copy, and the canary the references' process
+    # times in every round (there is a references' process when any slot is not the accused's)
+    canary = 1 if any(s not in accused for s in slots) else 0
+    block = len(slots) + (1 if task.get("aa_slot") in slots else 0) + canary
     rule = StopRule.from_config(tcfg.get("stop"), task.get("port_slot", "port"), slots + [f"{task.get('aa_slot')}#aa"],
                                 task.get("aa_slot"))
     if rule is None or block < 1:

@@ -46,8 +46,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from skillrun.execute import confidence, timing
 from skillrun.execute import referee as referee_mod
-from skillrun.execute import timing
+from skillrun.execute.cost import PhaseClock
 
 CLAIM_FLOOR_MS = 1.0
 CANARY_CALIBRATION = 9
@@ -456,6 +457,9 @@ class Session:
         self.impossible: dict[str, int] = {}
         self.observer: RemoteObserver | None = None
         self.use_device = str(task["device"]).startswith("cuda")
+        # Where the session's wall time goes, by phase (cost.py), as this process sees it: the children's
+        # start, their builds, the input sets, the checks, warm-up and rounds (timing.interleave's phase_s).
+        self.cost = PhaseClock()
 
     def left(self) -> float:
         return max(1.0, self.end - time.monotonic())
@@ -521,6 +525,7 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
                     "wall_s": 0.0}
         t0 = time.perf_counter()
         s = Session(task, ref, folder, timeout_s)
+        s.cost.mark("process_start")  # until both children have connected (a server already running: a moment)
         results: dict[str, dict] = {}
         threads = []
         try:
@@ -544,6 +549,7 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
             for role, th in threads:
                 s.children[role] = listeners[role].accept(s.left(), alive=th.is_alive)
             res = _drive(s, task)
+            res["phases"] = s.cost.to_json()
             res["wall_s"] = round(time.perf_counter() - t0, 3)
             ref.done = True
         except SessionError as exc:
@@ -569,6 +575,8 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
                                                    f"{str(r.get('error'))[:300]}")
             if res.get("status") == "error" and r.get("stderr_tail"):
                 res.setdefault("stderr_tail", r["stderr_tail"])
+        # the session's children (a server already running serves it without starting one)
+        res["processes_started"] = sum(int(r.get("processes_started") or 0) for r in results.values())
         if res.get("status") == "error" and summary.get("input_error"):
             return {**res, "input_error": True, "error": summary["input_error"]}
         return referee_mod.fold(res, task, summary)
@@ -593,6 +601,7 @@ def _drive(s: Session, task: dict) -> dict:
     res: dict[str, Any] = {"status": "ok", "slots": {}, "notes": [], "shape": dict(task["shape"])}
 
     # 1. the references first, and the canary's cost before the port is imported anywhere
+    s.cost.mark("compile")  # the slots' builds (their modules imported, their JIT compiles)
     canary_cal: list[float] = []
     built: dict[str, dict] = {}
     timer_info: dict[str, Any] = {}
@@ -613,6 +622,7 @@ def _drive(s: Session, task: dict) -> dict:
     vendor = vendor if isinstance(vendor, str) else None
 
     # 2. input sets: the referee's seeds (it rejects a degenerate problem on set 0)
+    s.cost.mark("inputs")
     ans = s.ref.answer({"op": "set", "j": 0})
     if ans.get("error"):
         if ans.get("input_error"):
@@ -640,6 +650,7 @@ def _drive(s: Session, task: dict) -> dict:
         both(kids, lambda c: {"op": "add_set", "seed": seed}, s.left())
 
     # 3. each slot once, the aliasing gates; then which kernels ran (a profiled sample of each slot)
+    s.cost.mark("checks")
     first = both(kids, lambda c: {"op": "first"}, s.left())
     res["aliasing"] = first["accused"].get("aliasing") or {"name": "port_output_aliasing", "passed": False,
                                                             "reason": "not checked"}
@@ -661,6 +672,7 @@ def _drive(s: Session, task: dict) -> dict:
     t = None
     clock = None
     if tcfg.get("timer"):
+        s.cost.mark("warmup")  # the callables, CUDA-graph capture
         both(kids, lambda c: {"op": "timing"}, s.left())
         repeat = 1
         res["cuda_graph"] = False
@@ -721,9 +733,17 @@ def _drive(s: Session, task: dict) -> dict:
 
         import random
 
+        # Stop on confidence (confidence.py) when the task asks for it: ``rounds`` is then a cap, and the rule
+        # decides after every whole block of the parent's rounds (the canary is a slot of the block).
+        rule = confidence.StopRule.from_config(tcfg.get("stop"), s.port, list(slots), s.aa)
+        s.cost.mark(None)  # the engine says where its time went (phase_s)
         t = timing.interleave(slots, clock, int(tcfg.get("rounds", 100)), int(tcfg.get("warmup", 10)), None,
                               tcfg.get("max_seconds"), observe=int(tcfg.get("observe_rounds", 3)), observer=s.observer,
-                              after_round=after_round, rng=random.SystemRandom())
+                              after_round=after_round, rng=random.SystemRandom(), stop=rule,
+                              horizon=rule.horizon(len(slots)) if rule else None)
+        for k, v in (t.get("phase_s") or {}).items():
+            s.cost.add(k, v)
+        s.cost.mark("checks")
         canary = _take_canary(t)
         if repeat > 1:
             worker.per_call(t, repeat)
@@ -732,7 +752,8 @@ def _drive(s: Session, task: dict) -> dict:
                                               "unheld_rounds", "hold_ineffective", "throttled_rounds", "observed",
                                               "observed_positions", "held", "hold_us", "sustain_ms", "launch_hold",
                                               "self_syncing", "unspun")},
-                         "observed_rounds": len(t["observed_rounds"]),
+                         "observed_rounds": len(t["observed_rounds"]), "timed_device_s": t.get("timed_device_s"),
+                         **({"stop": rule.record(t["block"])} if rule else {}),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in s.observer.kernel_ms().items()}
                                          if use_device else {})}
         res["timing"]["parent_clock"] = _parent_clock(s)
