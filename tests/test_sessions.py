@@ -61,8 +61,8 @@ def test_a_cards_shapes_share_its_processes_and_each_is_judged_on_its_own(kb):
 def test_a_process_per_task_is_still_there_and_counted(kb):
     (rec,) = _run(kb, "session_ok", SHAPES[:1], isolation="fork", processes="per-task")
     assert rec["verdict"] == "cpu_numerics_passed"
-    # port + its judge, baseline + its judge, the session
-    assert rec["cost"]["processes_started"] == 5 and rec["cost"]["processes"] == "a process per task"
+    # port + its judge, baseline + its judge, the session's two children (the accused's, the references')
+    assert rec["cost"]["processes_started"] == 6 and rec["cost"]["processes"] == "a process per task"
 
 
 def test_a_shape_that_kills_its_process_is_recorded_and_the_next_shape_gets_a_new_one(kb):
@@ -78,8 +78,8 @@ def test_a_shape_that_kills_its_process_is_recorded_and_the_next_shape_gets_a_ne
 
 def test_tasks_go_to_the_server_of_their_role():
     assert role_of({"kind": "judge"}) == "judge"
-    assert role_of({"kind": "candidate", "role": "baseline"}) == "reference"
-    assert role_of({"kind": "candidate", "role": "alternative"}) == "reference"
+    assert role_of({"kind": "candidate", "role": "baseline"}) == "references"
+    assert role_of({"kind": "candidate", "role": "alternative"}) == "references"
     for t in ({"kind": "candidate", "role": "port"}, {"kind": "probe"}, {"kind": "session"}):
         assert role_of(t) == "accused"
     with SessionPool() as pool:

@@ -62,6 +62,16 @@ class PhaseClock:
         if seconds and seconds > 0:
             self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
 
+    def move(self, src: str, dst: str, seconds: float) -> float:
+        """Charge up to ``seconds`` of what ``src`` holds to ``dst`` instead (time first counted as waiting, then
+        known to be a process's start); returns the seconds moved."""
+        self.mark(self._open[0] if self._open else None)
+        n = max(0.0, min(float(seconds or 0.0), self.seconds.get(src, 0.0)))
+        if n > 0:
+            self.seconds[src] -= n
+            self.add(dst, n)
+        return n
+
     def merge(self, phases: dict[str, Any] | None) -> float:
         """Add another clock's ``to_json()`` (a child's); returns the seconds added. Unknown names (a
         child of another version) go to ``other``."""

@@ -131,9 +131,16 @@ class ExecOptions:
         return self.isolation or ("spawn" if be.gpu else "fork")
 
     def shared_processes(self, be: Backend) -> bool:
-        """Whether a card's tasks run on shared servers (sessions.py) rather than a process each. Only when
-        asked for, until the servers enter the sandbox every task child enters (issue 36)."""
-        return self.processes == "per-card"
+        """Whether a card's tasks run on its shared, sandboxed servers (sessions.py) rather than a process each."""
+        return (self.processes or ("per-card" if self.isolation_for(be) == "spawn" else "per-task")) == "per-card"
+
+    def timer_for(self, be: Backend) -> str | None:
+        return self.timer if self.timer is not None else be.default_timer()
+
+    def pool(self, be: Backend) -> SessionPool:
+        """A session pool for this backend: each card's references' server times the canary when it starts."""
+        timer = self.timer_for(be)
+        return SessionPool(gpu=be.gpu, canary={"timer": timer, "device": be.torch_device} if timer else None)
 
 
 @dataclass
@@ -217,7 +224,7 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
     rec = _base_record(ctx)
     own = pool is None and opts.shared_processes(be)
     try:
-        with (SessionPool(gpu=be.gpu) if own else nullcontext(pool)) as p:
+        with (opts.pool(be) if own else nullcontext(pool)) as p:
             ctx.session = p.for_card(card.id) if p is not None and opts.shared_processes(be) else None
             try:
                 _execute(ctx, rec)
@@ -225,6 +232,12 @@ def execute_item(index: SkillIndex, item: PlanItem, *, backend: str | Backend | 
                 raise
             except Exception as exc:  # a harness bug must not lose the row: record it as an error
                 rec.update(verdict="error", reason=f"harness error: {type(exc).__name__}: {exc}")
+            if ctx.session is not None and not _port_clean(rec):
+                # The card's port process served this shape: whatever the port left in it (a replaced function,
+                # a mode, a thread, device work) must not reach the card's next shape, which gets a fresh one.
+                ctx.session.retire("accused")
+                ctx.notes.append("the card's accused process was ended after this shape (its port did not pass "
+                                 "cleanly): the next shape starts a fresh one")
     finally:
         janitor.done()
     rec["cost"] = _cost_block(ctx, time.perf_counter() - t0)
@@ -268,12 +281,12 @@ def _pool_for(be: Backend | None, kw: dict[str, Any]):
         return nullcontext(kw.pop("pool"))
     if be is None:
         return nullcontext(None)
-    opts = {k: kw[k] for k in ("isolation", "processes") if k in kw}
+    opts = {k: kw[k] for k in ("isolation", "processes", "timer") if k in kw}
     try:
-        shared = ExecOptions.from_kw(opts).shared_processes(be)
+        o = ExecOptions.from_kw(opts)
     except UsageError:
-        shared = False  # execute_item reports the bad option, item by item
-    return SessionPool(gpu=be.gpu) if shared else nullcontext(None)
+        return nullcontext(None)  # execute_item reports the bad option, item by item
+    return o.pool(be) if o.shared_processes(be) else nullcontext(None)
 
 
 def _tell(on_item: Any, event: str, i: int, n: int, item: PlanItem, result: dict[str, Any] | None = None) -> None:
@@ -368,6 +381,16 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
 
 def _shape_text(shape: dict[str, int] | None) -> str:
     return ",".join(f"{k}={v}" for k, v in (shape or {}).items())
+
+
+def _port_clean(rec: dict[str, Any]) -> bool:
+    """Whether the port went through this shape with nothing held against it (its process may serve the next)."""
+    if rec.get("verdict") in ("error", "parity_failed"):
+        return False
+    if (rec.get("parity") or {}).get("port", {}).get("passed") is False and rec.get("verdict") != "skipped":
+        return False
+    gates = rec.get("slot_integrity") or {}
+    return all(g.get("passed", False) for k, g in gates.items() if k in ("port", "aliasing"))
 
 
 def _cost_block(ctx: _Ctx, total_s: float) -> dict[str, Any]:
@@ -542,7 +565,7 @@ def _run(ctx: _Ctx, rec: dict[str, Any]) -> None:
     order = [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]
     in_session = [(slot, r) for slot, r in order if r["status"] == "ok"]
     correct = [slot for slot, r in in_session if r["parity"]["passed"]]
-    timer = opts.timer if opts.timer is not None else be.default_timer()
+    timer = opts.timer_for(be)
     task = {
         "kind": "session", "problem": card.references["problem"], "shape": shape, "device": be.torch_device,
         "port_slot": "port", "tolerance": rec["tolerance"], "seed": opts.seed_base + 1000, "problem_pin": ctx.problem_pin,

@@ -132,7 +132,7 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         from skillrun.execute import watchdog
 
         t0 = time.perf_counter()
-        launcher = session.launcher(env) if session is not None else None
+        launcher = session.launcher(env, str(task.get("sandbox") or "auto")) if session is not None else None
         kept, record = watchdog.admit(task, env=env, launcher=launcher)
         probe = {"compile": time.perf_counter() - t0}  # the probe's builds and first launches (and its process)
         if task["port_slot"] in record["dropped"]:
@@ -147,33 +147,14 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         # The timed session: this process holds the clock and the referee; the port's process and the
         # references' process only do what they are told (session.py).
         return _refereed(task, timeout_s=timeout_s, env=env, isolation=isolation, session=session)
+    if session is not None:
+        return _served(task, session, timeout_s=timeout_s, env=env)
     # Named for this process: a run killed by SIGKILL leaves its folder, and the next run removes it.
     with lifeline.temp_dir("child") as tmp:
         d = Path(tmp)
-        clock = None
-        if task.get("launch_deadline_s"):
-            from skillrun.execute.watchdog import LaunchClock
-
-            task = {**task, "progress": str(d / "progress.jsonl")}
-            cfg = ", ".join(f"{k}={v}" for k, v in sorted((task.get("config") or {}).items())) or "default config"
-            clock = LaunchClock(d / "progress.jsonl", float(task["launch_deadline_s"]), f"{task.get('ref')} ({cfg})")
+        task, clock = _launch_clock(task, d)
         t0 = time.perf_counter()
         code, timed_out = None, False
-        if session is not None:
-            (d / "task.json").write_text(json.dumps(task))
-            server = session.server_for(task, env)
-            code, timed_out, err, stuck = server.call(d, timeout_s, clock)
-            started = server.take_start_cost()
-            if err:
-                return {"status": "error", "error": err, "wall_s": 0.0}
-            res = _collect(d, code, timed_out, stuck, timeout_s, time.perf_counter() - t0)
-            if started:
-                res["phases"] = _add_phases(res.get("phases"), started)
-                res["processes_started"] = 1
-            if session.gpu and res.get("status") == "error":
-                # A GPU error can stay behind in the process's context: the next task gets a fresh server.
-                server.stop()
-            return res
         # A child of its own: the interpreter's start is charged to this task (worker.main).
         (d / "task.json").write_text(json.dumps({**task, "t_spawn": time.time()} if isolation != "fork" else task))
         if isolation == "fork":
@@ -195,6 +176,40 @@ def run_task(task: dict[str, Any], *, timeout_s: float, env: dict[str, str | Non
         res = _collect(d, code, timed_out, stuck, timeout_s, time.perf_counter() - t0)
         res["processes_started"] = 1
         return res
+
+
+def _launch_clock(task: dict[str, Any], d: Path) -> tuple[dict[str, Any], Any]:
+    """The launch watchdog's clock over the task's progress file in ``d`` (None without a deadline)."""
+    if not task.get("launch_deadline_s"):
+        return task, None
+    from skillrun.execute.watchdog import LaunchClock
+
+    task = {**task, "progress": str(d / "progress.jsonl")}
+    cfg = ", ".join(f"{k}={v}" for k, v in sorted((task.get("config") or {}).items())) or "default config"
+    return task, LaunchClock(d / "progress.jsonl", float(task["launch_deadline_s"]), f"{task.get('ref')} ({cfg})")
+
+
+def _served(task: dict[str, Any], session: Any, *, timeout_s: float, env: dict[str, str | None] | None) -> dict[str, Any]:
+    """The task on its card's server for its role (sessions.py), in a folder inside what that server may write."""
+    server = session.server_for(task, env)
+    with server.temp_dir("t") as tmp:
+        d = Path(tmp)
+        task, clock = _launch_clock(task, d)
+        (d / "task.json").write_text(json.dumps(task))
+        t0 = time.perf_counter()
+        code, timed_out, err, stuck = server.call(d, timeout_s, clock)
+        started, n_started = session.take_start_cost(server)
+        if err:
+            return {"status": "error", "error": err, "wall_s": 0.0}
+        res = _collect(d, code, timed_out, stuck, timeout_s, time.perf_counter() - t0)
+    if started:
+        res["phases"] = _add_phases(res.get("phases"), started)
+        res["server_start"] = started  # (a session's side: the parent's own phases take it from here)
+        res["processes_started"] = n_started
+    if session.gpu and res.get("status") == "error":
+        # A GPU error can stay behind in the process's context: the next task gets a fresh server.
+        server.stop()
+    return res
 
 
 def _collect(d: Path, code: int, timed_out: bool, stuck: str | None, timeout_s: float, wall: float) -> dict[str, Any]:
@@ -238,7 +253,9 @@ def _judged(task: dict, *, timeout_s: float, env: dict[str, str | None] | None, 
             task = {**task, "problem_pin": judge.pin_problem(task["problem"])}
         except (ImportError, OSError, ValueError) as exc:
             return {"status": "error", "error": f"the problem module cannot be pinned: {exc}", "wall_s": 0.0}
-    with lifeline.temp_dir("handover") as tmp:
+    # The hand-over folder: where the accused's process may write (its server's folder, with a session)
+    folder = session.server_for(task, env).temp_dir("handover") if session is not None else lifeline.temp_dir("handover")
+    with folder as tmp:
         res = run_task({**{k: v for k, v in task.items() if k != "problem_pin"}, "handover": tmp}, timeout_s=timeout_s,
                        env=env, isolation=isolation, session=session)
         said = res.get("parity") if isinstance(res.get("parity"), dict) else {}
@@ -275,8 +292,13 @@ def _refereed(task: dict, *, timeout_s: float, env: dict[str, str | None] | None
     references in two children (or on the card's two servers, with a ``session``)."""
     from skillrun.execute import session as session_mod
 
+    if session is None:
+        return session_mod.run_session(task, timeout_s=timeout_s, env=env, isolation=isolation, run_task=run_task)
+    mode = str(task.get("sandbox") or "auto")
     return session_mod.run_session(task, timeout_s=timeout_s, env=env, isolation=isolation,
-                                   run_task=functools.partial(run_task, session=session))
+                                   run_task=functools.partial(run_task, session=session),
+                                   handover=lambda role: session.server(role, env, mode).temp_dir("handover"),
+                                   canary_ms=session.canary_ms(env, mode))
 
 
 def _spawn(d: Path, timeout_s: float, env: dict[str, str | None] | None,

@@ -103,12 +103,18 @@ class LocalSource:
 class Referee:
     """Decides about one session (see the module doc); ``summary()`` once its processes have ended."""
 
-    def __init__(self, task: dict, folder: str | Path) -> None:
+    def __init__(self, task: dict, folder: str | Path, handover: dict[str, str | Path] | None = None) -> None:
         import torch  # noqa: F401  (the referee computes oracles: the parent imports torch only now)
 
         self.task, self.folder = task, Path(folder)
-        self.handover = self.folder / "handover"
-        self.handover.mkdir(parents=True)
+        # Each side of the session hands over into a folder of its own (the accused cannot write the
+        # references'): ``handover`` names them (a card's servers write only their own folders, sessions.py),
+        # else they are made here.
+        if handover is None:
+            handover = {side: self.folder / "handover" / side for side in ("accused", "references")}
+            for d in handover.values():
+                d.mkdir(parents=True)
+        self.handovers = {side: Path(d) for side, d in handover.items()}
         # The problem module as the parent pinned it before any port ran (judge.load_problem), never as
         # the file (or an earlier import) is now: a port that appended code to it changes nothing here.
         self.pin = task.get("problem_pin") or judge.pin_problem(task["problem"])
@@ -285,7 +291,7 @@ class Referee:
     def _judge_one(self, slot: str, j: int, token: int, commit: Any) -> dict:
         ref = self._oracle(j)
         # each side of the session hands over into its own folder: the accused cannot write a reference's
-        folder = self.handover / ("accused" if slot in self.accused else "references") / f"s{self.slots.index(slot)}"
+        folder = self.handovers["accused" if slot in self.accused else "references"] / f"s{self.slots.index(slot)}"
         try:
             out, _meta = judge.read_output(folder, token, max_bytes=max(1, ref.numel()) * 16)
         except ValueError as exc:

@@ -32,6 +32,7 @@ deadline (a launch: the launch deadline), and a child that does not answer is ki
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -457,6 +458,7 @@ class Session:
         self.impossible: dict[str, int] = {}
         self.observer: RemoteObserver | None = None
         self.use_device = str(task["device"]).startswith("cuda")
+        self.canary_ms: list[float] | None = None  # the canary's cost taken when the references' server started
         # Where the session's wall time goes, by phase (cost.py), as this process sees it: the children's
         # start, their builds, the input sets, the checks, warm-up and rounds (timing.interleave's phase_s).
         self.cost = PhaseClock()
@@ -512,33 +514,43 @@ class Session:
                 "unspun": rep.get("unspun") is True, "launch_hold": rep.get("launch_hold") is True}
 
 
-def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: str, run_task: Callable[..., dict]) -> dict:
-    """A session task: the referee, the two children, the rounds; the result in the harness's form."""
+def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: str, run_task: Callable[..., dict],
+                handover: Callable[[str], Any] | None = None, canary_ms: list[float] | None = None) -> dict:
+    """A session task: the referee, the two children, the rounds; the result in the harness's form.
+
+    With a card's long-lived servers (sessions.py): ``handover(role)`` gives each side's hand-over folder (a
+    temporary folder inside what that side's server may write), and ``canary_ms`` the canary's cost as the
+    references' server measured it when it started, before the card's accused server existed."""
     from skillrun.io import lifeline
 
-    with lifeline.temp_dir("session") as tmp:
+    with lifeline.temp_dir("session") as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
         try:
-            ref = referee_mod.Referee(task, folder)
+            sides_of = ["accused"] + (["references"] if any(x["slot"] not in {task["port_slot"], *(task.get("peers") or [])}
+                                                            for x in task["slots"]) else [])
+            folders = {role: Path(stack.enter_context(handover(role))) for role in sides_of} if handover else None
+            ref = referee_mod.Referee(task, folder, handover=folders)
         except Exception as exc:  # noqa: BLE001 - the problem module or the device, named in the row's error
             return {"status": "error", "error": f"the session's referee could not start: {type(exc).__name__}: {exc}"[:2000],
                     "wall_s": 0.0}
         t0 = time.perf_counter()
         s = Session(task, ref, folder, timeout_s)
-        s.cost.mark("process_start")  # until both children have connected (a server already running: a moment)
+        s.canary_ms = list(canary_ms) if canary_ms else None
+        # until both children have connected: their processes' start, or (a card's servers, already running) a
+        # moment's wait, unless a server had to start for this session (charged below, from what it says)
+        s.cost.mark("process_start" if handover is None else "other")
         results: dict[str, dict] = {}
         threads = []
         try:
             sides = [("accused", s.accused)] + ([("references", s.refs)] if s.refs else [])
             listeners = {role: Listener(folder, role) for role, _ in sides}
             for lane, (role, names) in enumerate(sides):
-                (ref.handover / role).mkdir()
                 child_task = {
                     "kind": "slots", "role": role, "problem": task["problem"], "shape": task["shape"],
                     "device": task["device"], "port_slot": s.port, "peers": s.peers, "aa_slot": s.aa,
                     "slots": [x for x in task["slots"] if x["slot"] in names], "timing": task.get("timing") or {},
                     "slot_index": {x["slot"]: i for i, x in enumerate(task["slots"]) if x["slot"] in names},
-                    "handover": str(ref.handover / role), "conductor": listeners[role].path,
+                    "handover": str(ref.handovers[role]), "conductor": listeners[role].path,
                     "token": listeners[role].token, "idle_s": timeout_s, "sandbox": task.get("sandbox")}
 
                 def start(role=role, child_task=child_task, lane=lane):
@@ -577,6 +589,11 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
                 res.setdefault("stderr_tail", r["stderr_tail"])
         # the session's children (a server already running serves it without starting one)
         res["processes_started"] = sum(int(r.get("processes_started") or 0) for r in results.values())
+        if handover is not None and isinstance(res.get("phases"), dict):
+            for r in results.values():
+                for k in ("process_start", "imports"):
+                    s.cost.move("other", k, float((r.get("server_start") or {}).get(k) or 0.0))
+            res["phases"] = s.cost.to_json()
         if res.get("status") == "error" and summary.get("input_error"):
             return {**res, "input_error": True, "error": summary["input_error"]}
         return referee_mod.fold(res, task, summary)
@@ -610,7 +627,11 @@ def _drive(s: Session, task: dict) -> dict:
         built.update(b["slots"])
         timer_info = b["timer"]
         if tcfg.get("timer"):
-            canary_cal = refs_child.request({"op": "canary", "count": CANARY_CALIBRATION}, s.left())["ms"]
+            # Its cost before any process holding this card's port existed: the references' server measured it when
+            # it started (sessions.py); else here, before the accused's process has imported the port.
+            canary_cal = s.canary_ms or refs_child.request({"op": "canary", "count": CANARY_CALIBRATION}, s.left())["ms"]
+            if s.canary_ms:
+                refs_child.request({"op": "canary", "count": 0}, s.left())  # built in this session's process too
     b = acc.request({"op": "build"}, s.left())
     built.update(b["slots"])
     timer_info = timer_info or b["timer"]
@@ -758,7 +779,7 @@ def _drive(s: Session, task: dict) -> dict:
                                          if use_device else {})}
         res["timing"]["parent_clock"] = _parent_clock(s)
         if canary is not None:
-            res["timing"]["canary"] = _canary(canary, canary_cal)
+            res["timing"]["canary"] = _canary(canary, canary_cal, at_start=bool(s.canary_ms))
             r = res["timing"]["canary"].get("ratio")
             if r and r > CANARY_LIMIT and not use_device:
                 res["notes"].append(f"the canary in the references' process ran {r:.2f}x its cost before the port was "
@@ -815,10 +836,11 @@ def _median(xs: list[float]) -> float | None:
     return ys[k] if len(ys) % 2 else 0.5 * (ys[k - 1] + ys[k])
 
 
-def _canary(c: dict, cal: list[float]) -> dict:
+def _canary(c: dict, cal: list[float], at_start: bool = False) -> dict:
     base, now = _median(cal), _median(c["samples"])
     out = {"what": "a fixed matrix product timed in the references' process in every round; its cost measured "
-                   "there before the port was imported anywhere",
+                   + ("when the card's references' process started, before the card's port process was started"
+                      if at_start else "there before the port was imported anywhere"),
            "before_ms": round(base, 6) if base else None, "session_ms": round(now, 6) if now else None,
            "limit": CANARY_LIMIT}
     if base and now:

@@ -1,27 +1,41 @@
-"""One measurement session, many shapes: the helper processes a card's measurements need, started once.
+"""One measurement session, many shapes: the sandboxed processes a card's measurements need, started once.
 
 Run one task per fresh process (isolate.py's ``spawn``) and every shape pays, for each of its ten or
 so tasks, an interpreter, ``import torch``, a device context and the kernels' JIT compiles again:
-on the H200 that was 40-80 s of every shape's 50-160 s. A :class:`SessionPool` keeps, per card and
-environment, one long-lived :class:`TaskServer` (serve.py) for each role, and every shape of the
-call is served by them:
+on the H200 that was 40-80 s of every shape's 50-160 s. A :class:`SessionPool` keeps, per card,
+environment and sandbox mode, one long-lived :class:`TaskServer` (serve.py) for each role, and every
+shape of the call is served by them:
 
-=========  ==============================================================================
-role       runs
-=========  ==============================================================================
-accused    the port's parity-gate task, the watchdog's probe and the timed session (the
-           session times every slot in the port's process, as it always has)
-reference  the references' parity-gate tasks: never the port's process
-judge      the judge tasks (judge.py): a process that never imports a kernel module
-=========  ==============================================================================
+==========  ===========================================================================
+role        runs
+==========  ===========================================================================
+accused     the port's parity-gate task, the watchdog's probe, and the accused's side of the
+            timed session (slot_server.py: the port and the tuner's peers)
+references  the references' parity-gate tasks and the references' side of the timed session
+            (baseline, alternatives, the A/A copy, the canary): a process that never runs port code
+judge       the judge tasks (judge.py): a process that never imports a kernel module
+==========  ===========================================================================
+
+Each server is confined as a task child is (serve.py): it enters the sandbox before it imports anything a
+card names, and may write only a folder the parent made for it (its *root*), under which the parent puts
+every task's folder and hand-over folder; the parent and the referee read them there. The timed session is
+still driven by the parent (session.py): its two sides are tasks on the accused's and the references'
+servers, which connect to the parent's listeners as the children of a per-task session do.
 
 What stays per shape: fresh inputs (the referee draws them), its own oracle, its own judge task and
-referee (in the parent), its own artifact. What stays per card: the processes; a port never shares
-a process with another card's port (servers are keyed by card). A task that crashes, hangs (the
-overall timeout, or the launch watchdog's deadline) or leaves a GPU error behind ends its server:
-the fault is recorded for that task, as a task child's would be, and the next task starts a fresh
-server. Each server start is charged to the task that needed it (``process`` in the task's result),
-so the artifact's cost says which shape paid for it.
+referee (in the parent), its own artifact. What stays per card: the processes; a port never shares a
+process with another card's port (servers are keyed by card), and the references' server never runs port
+code. What a shared process changes: a port's process serves every shape of its own card, so what a port
+leaves in it (a replaced function, a mode, a thread) is there in its later shapes; the guard's baseline is
+taken when the server starts (guard.baseline), so a later session finds it, and a shape whose port did not
+pass cleanly retires the accused's server (``retire``), so the next shape gets a fresh one. The canary's
+cost is measured when the references' server starts, before the card's accused server has started, and
+every session of the card compares its canary with that (on a GPU, queued device work of the port's
+long-lived process cannot inflate it). A task that crashes, hangs (the overall timeout, the launch
+watchdog's deadline or a session's request deadline) or leaves a GPU error behind ends its server: the
+fault is recorded for that task, as a task child's would be, and the next task starts a fresh server.
+Each server start is charged to the task that needed it (its ``phases``), so the artifact's cost says
+which shape paid for it.
 """
 from __future__ import annotations
 
@@ -31,6 +45,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,10 +53,11 @@ from typing import Any, IO
 
 from skillrun.execute.childproc import child_env
 
-# How long a fresh server may take to import torch and the worker (a cold interpreter on a loaded host).
+# How long a fresh server may take to enter the sandbox and import torch and the worker (a cold interpreter
+# on a loaded host).
 STARTUP_S = 300.0
 POLL_S = 0.05
-ROLES = ("accused", "reference", "judge")
+ROLES = ("accused", "references", "judge")
 REFERENCE_ROLES = ("baseline", "alternative")
 
 
@@ -51,8 +67,10 @@ def role_of(task: dict[str, Any]) -> str:
     if kind == "judge":
         return "judge"
     if kind == "candidate" and task.get("role") in REFERENCE_ROLES:
-        return "reference"
-    return "accused"
+        return "references"
+    if kind == "slots" and task.get("role") == "references":
+        return "references"
+    return "accused"  # the port's candidate, the watchdog's probe (every slot, in a throw-away order), the accused's slots
 
 
 class ServerDied(RuntimeError):
@@ -60,14 +78,24 @@ class ServerDied(RuntimeError):
 
 
 class TaskServer:
-    """One long-lived helper process serving tasks of one role (see the module doc)."""
+    """One long-lived, sandboxed helper process serving tasks of one role of one card (see the module doc)."""
 
-    def __init__(self, role: str, env: dict[str, str | None] | None, label: str = "") -> None:
-        self.role, self.env, self.label = role, dict(env or {}), label
+    def __init__(self, role: str, env: dict[str, str | None] | None, mode: str = "auto", label: str = "",
+                 canary: dict[str, Any] | None = None) -> None:
+        from skillrun.io import lifeline
+
+        self.role, self.env, self.mode, self.label = role, dict(env or {}), mode, label
+        self.canary = canary if role == "references" else None
         self.proc: subprocess.Popen | None = None
         self.started = 0            # how many processes this server has started (restarts included)
         self.tasks = 0
         self.start_cost: dict[str, float] | None = None  # the last start's cost, until a task is charged with it
+        self.sandbox: dict[str, Any] | None = None       # what the last start's sandbox entry said
+        self.canary_ms: list[float] | None = None        # the canary's cost when this server first started
+        self.left_behind: str | None = None              # what the last task left running (its server then ended)
+        # The one folder the server may write (named for this process: the janitor removes it if the run dies).
+        self._root = lifeline.temp_dir(f"srv{role[0]}")
+        self.root = Path(self._root.name)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -77,9 +105,12 @@ class TaskServer:
             return
         self.stop()
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "skillrun.execute.serve", self.role],
+        env = child_env(self.env)
+        if self.canary and self.canary_ms is None:
+            env["SKILLRUN_SERVER_CANARY"] = json.dumps(self.canary)
+        self.proc = subprocess.Popen([sys.executable, "-m", "skillrun.execute.serve", self.role, str(self.root), self.mode],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=child_env(self.env), text=True, start_new_session=True)
+                                     env=env, text=True, start_new_session=True)
         self.started += 1
         line = _readline(self.proc.stdout, STARTUP_S)
         try:
@@ -88,10 +119,13 @@ class TaskServer:
             hello = {}
         if not hello.get("ready"):
             self.stop()
-            raise ServerDied(f"the {self.role} server did not start within {STARTUP_S:g} s")
+            raise ServerDied(f"the {self.role} server did not start within {STARTUP_S:g} s (or its sandbox refused it)")
         total = time.perf_counter() - t0
         imports = float(hello.get("imports_s") or 0.0)
         self.start_cost = {"process_start": max(0.0, total - imports), "imports": imports}
+        self.sandbox = hello.get("sandbox")
+        if self.canary_ms is None and isinstance(hello.get("canary_ms"), list):
+            self.canary_ms = [float(x) for x in hello["canary_ms"]]
 
     def stop(self) -> None:
         p, self.proc = self.proc, None
@@ -107,6 +141,14 @@ class TaskServer:
         except subprocess.TimeoutExpired:
             pass
         kill_group(p)
+
+    def close(self) -> None:
+        self.stop()
+        self._root.cleanup()
+
+    def temp_dir(self, prefix: str = "t") -> tempfile.TemporaryDirectory:
+        """A folder for one task (or one hand-over) inside what this server may write."""
+        return tempfile.TemporaryDirectory(prefix=f"{prefix}-", dir=self.root)
 
     def call(self, d: Path, timeout_s: float, clock: Any = None) -> tuple[int, bool, str | None, str | None]:
         """Run the task in folder ``d`` (task.json -> result.json, its stdout/stderr files there), as
@@ -176,9 +218,22 @@ class ServerCall:
             self.code = self._died()
             return self.code
         try:
-            self.code = int(json.loads(line)["exit"])
+            ans = json.loads(line)
+            self.code = int(ans["exit"])
         except (ValueError, KeyError, TypeError):
             self.code = self._died()
+            return self.code
+        if ans.get("ended"):
+            # The task left something running (serve.py): the server ends with it, the next task starts a fresh one.
+            self.server.left_behind = str(ans["ended"])[:300]
+            p = self.proc
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            kill_group(p)
+            if self.server.proc is p:
+                self.server.proc = None
         return self.code
 
     def wait(self, timeout: float | None = None) -> int:
@@ -202,6 +257,8 @@ class ServerCall:
 
 
 def kill_group(p: subprocess.Popen | None) -> None:
+    """The server and its sandbox: the process outside, the namespace's init and the task (one process group;
+    the namespace's init dies with the process outside, and the kernel then ends everything inside)."""
     if p is None:
         return
     try:
@@ -222,14 +279,17 @@ def _readline(stream: IO[str] | None, timeout_s: float) -> str | None:
 
 
 class SessionPool:
-    """The task servers of one call (a ``run_skill`` over many shapes, a plan, a device script), per
-    card and environment; a context manager that stops them all at its end."""
+    """The task servers of one call (a ``run_skill`` over many shapes, a plan, a device script), per card,
+    environment and sandbox mode; a context manager that stops them all (and removes their folders) at its end.
 
-    def __init__(self, gpu: bool = False) -> None:
+    ``canary`` (``{"timer", "device"}``, the timed sessions' timer): each card's references' server times the
+    canary when it starts, and is started before the card's accused server (see the module doc)."""
+
+    def __init__(self, gpu: bool = False, canary: dict[str, Any] | None = None) -> None:
         self.gpu = gpu
-        self.servers: dict[tuple[str, str, str], TaskServer] = {}
+        self.canary = canary
+        self.servers: dict[tuple[str, str, str, str], TaskServer] = {}
         self.lock = threading.Lock()
-        self.card: str | None = None
 
     def __enter__(self) -> "SessionPool":
         return self
@@ -240,21 +300,21 @@ class SessionPool:
     def for_card(self, card: str) -> "CardSession":
         return CardSession(self, card)
 
-    def server(self, card: str, role: str, env: dict[str, str | None] | None) -> TaskServer:
-        key = (card, role, json.dumps(env or {}, sort_keys=True))
+    def server(self, card: str, role: str, env: dict[str, str | None] | None, mode: str = "auto") -> TaskServer:
+        key = (card, role, json.dumps(env or {}, sort_keys=True), mode)
         with self.lock:
             s = self.servers.get(key)
             if s is None:
-                s = self.servers[key] = TaskServer(role, env, label=card)
+                s = self.servers[key] = TaskServer(role, env, mode, label=card, canary=self.canary)
             return s
 
     def processes_started(self, card: str | None = None) -> int:
-        return sum(s.started for (c, _, _), s in self.servers.items() if card is None or c == card)
+        return sum(s.started for (c, *_), s in self.servers.items() if card is None or c == card)
 
     def close(self) -> None:
         with self.lock:
             for s in self.servers.values():
-                s.stop()
+                s.close()
             self.servers.clear()
 
 
@@ -263,20 +323,64 @@ class CardSession:
 
     def __init__(self, pool: SessionPool, card: str) -> None:
         self.pool, self.card = pool, card
+        self.early: list[dict[str, float]] = []  # start costs of servers started ahead of the task that asked
 
     @property
     def gpu(self) -> bool:
         return self.pool.gpu
 
+    def server(self, role: str, env: dict[str, str | None] | None, mode: str = "auto") -> TaskServer:
+        s = self.pool.server(self.card, role, env, mode)
+        if role == "accused" and self.pool.canary and not s.started:
+            # The canary's cost is taken by the references' server when it starts: before any process that
+            # holds this card's port exists (a port's queued device work could otherwise inflate it).
+            ref = self.pool.server(self.card, "references", env, mode)
+            if ref.canary_ms is None:
+                try:
+                    ref.ensure()
+                    self.early.append(ref.take_start_cost() or {})  # charged to the task that made it start now
+                except (ServerDied, OSError):
+                    pass  # the references' task that needs it says why
+        return s
+
+    def take_start_cost(self, server: TaskServer) -> tuple[dict[str, float], int]:
+        """What starting processes cost the task that ran on ``server`` (its own start, and any server started
+        ahead for it), and how many processes that was."""
+        costs = [c for c in [server.take_start_cost(), *self.early] if c]
+        self.early = []
+        out: dict[str, float] = {}
+        for c in costs:
+            for k, v in c.items():
+                out[k] = out.get(k, 0.0) + float(v)
+        return out, len(costs)
+
     def server_for(self, task: dict[str, Any], env: dict[str, str | None] | None) -> TaskServer:
-        return self.pool.server(self.card, role_of(task), env)
+        return self.server(role_of(task), env, str(task.get("sandbox") or "auto"))
 
-    def launcher(self, env: dict[str, str | None] | None):
-        """For the watchdog's probe (watchdog.probe_kernels): start the probe task on the port's server
-        and hand back a Popen-like handle (the probe child is then the accused server)."""
-        server = self.pool.server(self.card, "accused", env)
+    def canary_ms(self, env: dict[str, str | None] | None, mode: str = "auto") -> list[float] | None:
+        return self.pool.server(self.card, "references", env, mode).canary_ms
 
-        def start(d: Path) -> ServerCall:
-            server.ensure()
-            return ServerCall(server, d)
-        return start
+    def retire(self, role: str) -> None:
+        """End this card's servers of ``role`` (their next task starts a fresh process): after a shape whose port
+        did not pass cleanly, nothing it left in its process reaches the card's next shape."""
+        with self.pool.lock:
+            servers = [s for (c, r, *_), s in self.pool.servers.items() if c == self.card and r == role]
+        for s in servers:
+            s.stop()
+
+    def launcher(self, env: dict[str, str | None] | None, mode: str = "auto") -> "Launcher":
+        """For the watchdog's probe (watchdog.probe_kernels): its folder in the accused server's root, and the
+        probe started there (the probe child is then the accused server)."""
+        return Launcher(self.server("accused", env, mode))
+
+
+class Launcher:
+    def __init__(self, server: TaskServer) -> None:
+        self.server = server
+
+    def temp_dir(self) -> tempfile.TemporaryDirectory:
+        return self.server.temp_dir("probe")
+
+    def __call__(self, d: Path) -> ServerCall:
+        self.server.ensure()
+        return ServerCall(self.server, d)

@@ -130,7 +130,9 @@ class Server:
         _fp32_oracle_precision()
         self.problem = importlib.import_module(self.task["problem"])
         self.contract = referee.output_contract(self.problem, self.shape, self.device)
-        self.guard = guard.Guard()  # before any kernel module is imported: what the harness's functions are
+        # What the harness's functions, modes and threads were before any kernel module was imported in this
+        # process: now, in a child of its own; when it started, in a card's long-lived server (sessions.py).
+        self.guard = guard.baseline()
         out = {}
         for n, s in self.specs.items():
             launch, build_s = _build(s["ref"], self.shape, s.get("config") or {}, self.device)
@@ -382,20 +384,8 @@ class Server:
 
     def op_canary(self, msg: dict) -> dict:
         """The canary's workload, built once (not the problem's: its cost must not depend on it)."""
-        import torch
-
         if self.canary_fn is None:
-            size = CANARY_N["cuda" if self.use_device else "cpu"]
-            g = torch.Generator(device=self.device).manual_seed(7)
-            a = torch.randn(size, size, generator=g, device=self.device)
-            b = torch.randn(size, size, generator=g, device=self.device)
-            c = torch.empty(size, size, device=self.device)
-            reps = 4
-
-            def canary():
-                for _ in range(reps):
-                    torch.mm(a, b, out=c)
-            self.canary_fn = canary
+            self.canary_fn = canary_workload(self.device)
         ms = []
         for _ in range(int(msg.get("count", 0))):
             ms.append(self.launch({"slot": "canary", "set": 0})["ms"])
@@ -408,6 +398,32 @@ class Server:
                       "mutations": list(self.sets.mutations[n]) if self.sets else [],
                       "tampered": list(self.sets.tampered[n]) if self.sets else []}
         return {"slots": out, "guard": self.guard.check() if self.guard else []}
+
+
+def canary_workload(device: str):
+    """The canary: a fixed matrix product of a size per device kind, whatever the problem."""
+    import torch
+
+    size = CANARY_N["cuda" if str(device).startswith("cuda") else "cpu"]
+    g = torch.Generator(device=device).manual_seed(7)
+    a = torch.randn(size, size, generator=g, device=device)
+    b = torch.randn(size, size, generator=g, device=device)
+    c = torch.empty(size, size, device=device)
+    reps = 4
+
+    def canary():
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+    return canary
+
+
+def calibrate_canary(timer: str, device: str, count: int) -> list[float]:
+    """The canary's cost, timed as a session times it (each launch a round of its own): what a card's references'
+    server measures when it starts (serve.py), before the card's port process exists."""
+    timers = timing.LaunchTimers.like(timing.make_timer(timer, device))
+    fn = canary_workload(device)
+    fn()  # warm (the library's first call)
+    return [timers.launch("canary", fn)[0] for _ in range(count)]
 
 
 def serve(task: dict) -> dict:

@@ -80,9 +80,10 @@ def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str,
     """Probe each ``{"slot", "ref", "config"}`` in order; one :class:`Probe` per slot, in the same order.
 
     At most one child runs at a time; a child is replaced only when a slot hangs or kills it, so the
-    usual cost is one interpreter start for all slots. ``launcher(folder)``, when given, starts the
-    probe on a running process instead (a session's server, sessions.CardSession.launcher) and returns
-    a handle polled and killed like the child."""
+    usual cost is one interpreter start for all slots. ``launcher``, when given, runs the probe on a
+    running process instead (a card's sandboxed accused server, sessions.CardSession.launcher): its
+    ``temp_dir()`` is the probe's folder (inside what that server may write) and ``launcher(folder)``
+    starts the probe and returns a handle polled and killed like the child."""
     results: dict[str, Probe] = {}
     todo = [dict(s) for s in slots]
     while todo:
@@ -97,7 +98,8 @@ def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str,
 def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, int], device: str, deadline_s: float,
                  env: dict[str, str | None] | None, launches: int, launcher: Any = None) -> list[Probe]:
     """One child for as many slots as it gets through; always returns at least one Probe (progress)."""
-    with lifeline.temp_dir("watchdog") as tmp:  # named for this process: its janitor removes it if the run is killed
+    # named for this process: its janitor removes it if the run is killed (a server's folder: with the server's)
+    with (launcher.temp_dir() if launcher is not None else lifeline.temp_dir("watchdog")) as tmp:
         d = Path(tmp)
         progress = d / "progress.jsonl"
         progress.touch()
