@@ -56,6 +56,9 @@ def test_a_cards_shapes_share_its_processes_and_each_is_judged_on_its_own(kb):
         assert r["slot_integrity"]["port"]["sampled_timed_outputs"]["checked"] >= 1
         assert load_artifact(Path(r["artifact"]))["cost"] == c
     assert len({r["artifact"] for r in recs}) == 3
+    # the canary's cost: taken once, when the references' server started (before the card's accused server did)
+    assert len({r["timing"]["canary"]["before_ms"] for r in recs}) == 1
+    assert all("references' process started, before the card's port process" in r["timing"]["canary"]["what"] for r in recs)
 
 
 def test_a_process_per_task_is_still_there_and_counted(kb):
@@ -63,6 +66,7 @@ def test_a_process_per_task_is_still_there_and_counted(kb):
     assert rec["verdict"] == "cpu_numerics_passed"
     # port + its judge, baseline + its judge, the session's two children (the accused's, the references')
     assert rec["cost"]["processes_started"] == 6 and rec["cost"]["processes"] == "a process per task"
+    assert "before the port was imported anywhere" in rec["timing"]["canary"]["what"]
 
 
 def test_a_shape_that_kills_its_process_is_recorded_and_the_next_shape_gets_a_new_one(kb):
@@ -89,3 +93,17 @@ def test_tasks_go_to_the_server_of_their_role():
         assert a.server_for({"kind": "session"}, env) is not b.server_for({"kind": "session"}, env)
         assert a.server_for({"kind": "session"}, env) is a.server_for({"kind": "probe"}, env)
         assert a.server_for({"kind": "session"}, env) is not a.server_for({"kind": "judge"}, env)
+
+
+def test_the_references_server_starts_and_times_the_canary_before_the_cards_accused_server(kb):
+    from skillrun.execute.backends import make_backend
+    from skillrun.execute.harness import ExecOptions
+
+    be = make_backend("cpu")
+    with ExecOptions.from_kw({"timer": "wall"}).pool(be) as pool:
+        (rec,) = _run(kb, "session_ok", SHAPES[:1], isolation="spawn", pool=pool)
+        assert rec["verdict"] == "cpu_numerics_passed", rec.get("reason")
+        by_role = {role: srv for (card_id, role, *_), srv in pool.servers.items() if card_id == "session_ok"}
+        assert by_role["references"].first_start < by_role["accused"].first_start
+        assert by_role["references"].canary_ms and len(by_role["references"].canary_ms) == 9
+        assert rec["timing"]["canary"]["before_ms"] == pytest.approx(sorted(by_role["references"].canary_ms)[4], rel=1e-3)

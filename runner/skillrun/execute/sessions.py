@@ -93,6 +93,7 @@ class TaskServer:
         self.sandbox: dict[str, Any] | None = None       # what the last start's sandbox entry said
         self.canary_ms: list[float] | None = None        # the canary's cost when this server first started
         self.left_behind: str | None = None              # what the last task left running (its server then ended)
+        self.first_start: float | None = None            # when its first process was started (time.monotonic)
         # The one folder the server may write (named for this process: the janitor removes it if the run dies).
         self._root = lifeline.temp_dir(f"srv{role[0]}")
         self.root = Path(self._root.name)
@@ -112,6 +113,7 @@ class TaskServer:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env, text=True, start_new_session=True)
         self.started += 1
+        self.first_start = self.first_start or time.monotonic()
         line = _readline(self.proc.stdout, STARTUP_S)
         try:
             hello = json.loads(line) if line else {}
