@@ -239,7 +239,11 @@ def compile_in_background(index, todo: list[dict], cache: str, log) -> tuple[dic
     folder = compile_ahead.cache_dir(cache)
     if folder.is_dir():
         compile_ahead.relocate(folder)  # a carried folder: Triton's entries name their files by absolute path
-    os.environ["TRITON_CACHE_DIR"] = str(folder)  # the children find the compiles there
+    # The children find the compiles there: a sandboxed port's process copies what its own cache lacks from this
+    # seed (skillrun.io.compile_seed; before each task of its card's server, so compiles done while the GPU
+    # measures arrive too); an unsandboxed one (sandbox=off) reads the folder itself.
+    os.environ["SKILLRUN_COMPILE_SEED"] = str(folder)
+    os.environ["TRITON_CACHE_DIR"] = str(folder)
 
     def work() -> None:
         try:

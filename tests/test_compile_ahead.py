@@ -126,3 +126,53 @@ def test_a_carried_folder_is_relocated_and_pruned_to_what_a_launch_loads(compile
 def test_the_folder_to_carry_is_printed_for_a_device_script(tmp_path, capsys):
     assert compile_ahead.main(["--cache", str(tmp_path), "--print-dir"]) == 0
     assert capsys.readouterr().out.strip() == str(compile_ahead.cache_dir(tmp_path))
+
+
+def test_each_job_ran_in_a_sandboxed_child(compiled):
+    """A job builds and runs the port (untrusted code) on CPU tensors: it does so inside the sandbox, as a task
+    child would, writing only the carried folder."""
+    from skillrun.io import sandbox
+
+    _, _, done = compiled
+    manifest = json.loads((Path(done["dir"]) / compile_ahead.MANIFEST).read_text())["jobs"]
+    want = {"full": "full", "partial": "partial", "none": "partial"}[sandbox.support()["level"]]
+    assert {m.get("sandbox") for m in manifest.values()} == {want}
+
+
+def _in_sandbox(role: str, seed: str, job: dict, tmp_path: Path) -> dict:
+    code = ("import json, os, sys; from skillrun.io import sandbox; "
+            "info = sandbox.enter([sys.argv[2]], role=sys.argv[3], mode='auto'); "
+            "from skillrun.execute import compile_ahead as c; res = c._compile(json.loads(sys.argv[1])); "
+            "res['cache'] = os.environ['TRITON_CACHE_DIR']; res['copied'] = info.get('compile_seed'); print(json.dumps(res))")
+    (tmp_path / "own").mkdir(exist_ok=True)
+    env = {**child_env(), "SKILLRUN_COMPILE_SEED": seed, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("TRITON_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(job), str(tmp_path / "own"), role], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_sandboxed_port_process_takes_the_carried_compiles_into_its_own_cache_and_a_reference_takes_none(compiled, tmp_path):
+    """The sandbox gives each role its own compile cache (a port can poison none a reference reads); a carried folder
+    compiled ahead seeds the accused's (skillrun.io.compile_seed), whose launches are then cache hits."""
+    jobs, _, done = compiled
+    acc = _in_sandbox("accused", done["dir"], jobs[0], tmp_path)
+    assert acc["copied"] and acc["hits"] >= 1 and acc["misses"] == 0, acc
+    assert acc["cache"].startswith(str(tmp_path / "xdg")) and not acc["cache"].startswith(done["dir"])
+    ref = _in_sandbox("reference", done["dir"], jobs[0], tmp_path)
+    assert not ref["copied"] and ref["misses"] >= 1, ref
+
+
+def test_the_seed_copies_what_a_cache_lacks_relocated_and_nothing_twice(compiled, tmp_path):
+    """What a card's server does before each task (worker.main), so compiles done while the GPU measures arrive."""
+    from skillrun.io import compile_seed
+
+    _, _, done = compiled
+    dest = tmp_path / "role"
+    entries = [d for d in Path(done["dir"]).iterdir() if d.is_dir()]
+    assert compile_seed.seed(dest, done["dir"]) == len(entries) > 0
+    groups = list(dest.glob("*/__grp__*.json"))
+    assert groups and all(p.startswith(str(dest)) for g in groups for p in json.loads(g.read_text())["child_paths"].values())
+    assert compile_seed.seed(dest, done["dir"]) == 0

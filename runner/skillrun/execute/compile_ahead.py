@@ -44,8 +44,8 @@ import concurrent.futures as cf
 import hashlib
 import importlib
 import json
-import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,12 +99,6 @@ def jobs_for(index: Any, targets: list[tuple[str, dict[str, int]]], target: str 
             seen.add(key)
             jobs.append({**job, "key": key})
     return jobs
-
-
-def _init(cache: str) -> None:
-    # Before Triton is imported in this worker: its cache and no interpreter.
-    os.environ["TRITON_CACHE_DIR"] = cache
-    os.environ.pop("TRITON_INTERPRET", None)
 
 
 # The launch path runs on host memory: inputs beyond this (a MoE layer's experts) fall back to compile_only.
@@ -228,20 +222,9 @@ LAUNCH_FILES = (".cubin", ".hsaco", ".json")
 def relocate(folder: str | Path) -> int:
     """Point every cache group of ``folder`` at the files where they are now (Triton writes absolute
     paths, so a carried folder would miss every entry); returns the groups rewritten."""
-    n = 0
-    for grp in Path(folder).glob("*/__grp__*.json"):
-        try:
-            data = json.loads(grp.read_text())
-            paths = data["child_paths"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        moved = {name: str(grp.parent / Path(p).name) for name, p in paths.items() if (grp.parent / Path(p).name).exists()}
-        if moved != paths:
-            tmp = grp.with_name(grp.name + ".tmp")
-            tmp.write_text(json.dumps({"child_paths": moved}))
-            os.replace(tmp, grp)
-            n += 1
-    return n
+    from skillrun.io import compile_seed
+
+    return compile_seed.relocate(folder)
 
 
 def prune(folder: str | Path) -> int:
@@ -254,6 +237,56 @@ def prune(folder: str | Path) -> int:
             f.unlink()
     relocate(folder)
     return freed
+
+
+JOB_TIMEOUT_S = 1800.0
+
+
+def sandboxed(job: dict[str, Any], folder: str | Path, timeout_s: float = JOB_TIMEOUT_S) -> dict[str, Any]:
+    """One job (:func:`_compile`) in a fresh interpreter that enters the sandbox before it imports Triton or the
+    port (skillrun.io.sandbox, the accused's role, this folder as its Triton cache and the only place it may
+    write), with no interpreter mode; its result, or the error its end says."""
+    from skillrun.execute.childproc import child_env, describe_exit
+    from skillrun.io import lifeline
+
+    with lifeline.temp_dir("compile") as tmp:
+        spec = Path(tmp) / "job.json"
+        spec.write_text(json.dumps(job))
+        env = child_env({"TRITON_INTERPRET": None})
+        try:
+            out = subprocess.run([sys.executable, "-m", "skillrun.execute.compile_ahead", "--job", str(spec), "--cache", str(folder)],
+                                 capture_output=True, text=True, env=env, timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return {"key": job["key"], "status": "error", "error": f"the compile did not finish within {timeout_s:g} s"}
+        except OSError as exc:
+            return {"key": job["key"], "status": "error", "error": f"cannot start the compile child: {exc}"}
+    lines = [ln for ln in out.stdout.strip().splitlines() if ln.startswith("{")]
+    try:
+        res = json.loads(lines[-1])
+        if isinstance(res, dict) and res.get("key") == job["key"] and res.get("status") in ("ok", "error"):
+            return res
+    except (ValueError, IndexError):
+        pass
+    return {"key": job["key"], "status": "error",
+            "error": f"worker died: {describe_exit(out.returncode) if out.returncode else 'no result'}: {out.stderr[-300:]}"}
+
+
+def _job_main(spec: str, folder: str) -> int:
+    """The compile child: the sandbox, then the job (see :func:`sandboxed`)."""
+    from skillrun.io import lifeline, sandbox
+
+    pid_text = os.environ.get(lifeline.PARENT_ENV, "")
+    parent = int(pid_text) if pid_text.isdigit() else None
+    job = json.loads(Path(spec).read_text())
+    info = sandbox.enter([folder], role="accused", mode="auto", parent=parent,
+                         deathsig=os.environ.get(lifeline.DEATHSIG_ENV) == "1", triton_cache=folder)
+    if not info.get("lifeline") and parent is not None:
+        lifeline.die_with_parent(parent)
+    os.environ.pop("TRITON_INTERPRET", None)
+    res = _compile(job)
+    res["sandbox"] = info.get("level")
+    print(json.dumps(res), flush=True)
+    return 0
 
 
 def _read_manifest(folder: Path) -> dict[str, Any]:
@@ -280,9 +313,10 @@ def compile_ahead(jobs: list[dict[str, Any]], root: str | Path, *, workers: int 
     results: list[dict[str, Any]] = []
     if todo:
         n = max(1, min(len(todo), workers or os.cpu_count() or 1))
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: TRITON_CACHE_DIR set before Triton loads
-        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init, initargs=(str(folder),)) as ex:
-            futs = {ex.submit(_compile, j): j for j in todo}
+        # Each job builds and runs the port (untrusted code) on CPU tensors: in a child of its own that enters the
+        # sandbox first, as every task child does, and may write the carried folder only (sandboxed()).
+        with cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="compile-ahead") as ex:
+            futs = {ex.submit(sandboxed, j, folder): j for j in todo}
             for fut in cf.as_completed(futs):
                 job = futs[fut]
                 try:
@@ -339,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relocate", action="store_true", help="rewrite the cache's file paths for where the folder is now")
     ap.add_argument("--prune", action="store_true", help="after compiling, keep only what a launch loads (for carrying)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--job", help=argparse.SUPPRESS)  # one job, in a sandboxed child (sandboxed())
     a = ap.parse_args(argv)
+    if a.job:
+        return _job_main(a.job, a.cache)
     if a.print_dir or a.relocate:
         folder = cache_dir(a.cache, a.target)
         n = relocate(folder) if folder.is_dir() else 0

@@ -405,7 +405,7 @@ def _cost_block(ctx: _Ctx, total_s: float) -> dict[str, Any]:
         # which compile_ahead.py seeds), misses compiled while the device waited.
         out["compile_cache"] = {"hits": int(ctx.compiles.get("hits", 0)), "misses": int(ctx.compiles.get("misses", 0)),
                                 "compile_s": round(float(ctx.compiles.get("compile_s", 0.0)), 3),
-                                "dir": os.environ.get("TRITON_CACHE_DIR")}
+                                "dir": os.environ.get("SKILLRUN_COMPILE_SEED") or os.environ.get("TRITON_CACHE_DIR")}
     return out
 
 

@@ -426,6 +426,12 @@ def main(argv: list[str], parent: int | None = None, deathsig: bool = False, con
                 COST.mark(None)
             else:
                 info = confined
+                # a card's server: kernels compiled ahead since it started (a carried folder topped up while the
+                # GPU measures) reach its Triton cache before this task (the accused's only: compile_seed.py)
+                from skillrun.io import compile_seed
+
+                if compile_seed.seed_folder() and os.environ.get("TRITON_CACHE_DIR"):
+                    compile_seed.seed(os.environ["TRITON_CACHE_DIR"])
         except Exception as exc:  # noqa: BLE001 - a sandbox that was required and did not hold: no task runs
             raise RuntimeError(f"sandbox: {type(exc).__name__}: {exc}") from None
         res = TASKS[task["kind"]](task)
