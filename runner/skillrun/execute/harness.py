@@ -51,7 +51,7 @@ from skillrun.evidence.kernel_sources import source_identity
 from skillrun.models import Plan, PlanItem
 from skillrun.plan.planner import projected_gain_pct
 from skillrun.evidence.validation import card_revision, file_sha256, runner_info, software_info, utc_now, write_artifact
-from skillrun.evidence.verdict import PortOutcome, RefOutcome, decide
+from skillrun.evidence.verdict import PortOutcome, RefOutcome, aa_band, decide
 
 
 @dataclass
@@ -346,7 +346,13 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
     backend = item.backend or recipe.backend
     config = dict(item.config or recipe.config)
     seeds = list(range(opts.seed_base, opts.seed_base + opts.seeds))
-    tol = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999, **(item.tolerance or card.tolerance)}
+    # The card's tolerance, lint-checked against its family; a plan item's (a --plan file is untrusted input) may
+    # only tighten it, and nothing passes the family's limits (kb/tolerance.py).
+    from skillrun.kb.tolerance import bounded
+
+    tol, refused = bounded(card.tolerance, item.tolerance, card.references.get("problem") or "")
+    if refused:
+        ctx.notes.append("the plan asked for a looser tolerance than the card's, refused: " + "; ".join(refused)[:600])
     rec: dict[str, Any] = {
         "schema_version": 1,
         "created": utc_now(),
@@ -756,6 +762,8 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
     if aa_slot and aa_slot != slot:
         ctx.notes.append(f"the A/A noise floor was measured on {aa_slot}, not on the reference used ({slot})")
     s = stats[slot]["median"] / p_med
+    if dec.speedup is not None:
+        s = dec.speedup  # the ratio the verdict read: the events', or the smaller of two clocks that disagree
     rec["speedup"] = float(f"{s:.4g}")
     if rec.get("profile") and ctx.item.pct_gpu:
         rec["projected_e2e_gain_pct"] = projected_gain_pct(ctx.item.pct_gpu, s)
@@ -767,6 +775,10 @@ def _timing(ctx: _Ctx, rec: dict[str, Any], ses: dict[str, Any], base: dict, alt
     expect = ctx.card.data["expects"]["isolated_speedup_min"]
     if dec.verdict == "validated" and s < expect:
         ctx.notes.append(f"speedup {s:.3f}x is below the card's isolated_speedup_min {expect}")
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def _why_rejected(entry: dict[str, Any]) -> str:
@@ -812,6 +824,15 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
     base_name = (card_refs.get("baseline_names") or {}).get(ctx.be.kind) or "baseline"
     production = set(card_refs.get("production") or [])
     gates = rec.get("slot_integrity") or {}
+    # The same inputs judge_record reads back from the record (evidence/verdict.py, issue 34's one rule): the
+    # second clock (the profiler's kernel durations and the events of the same observed launches), which slots
+    # synchronize inside their launch, the A/A band, and the medians and noise as the record rounds them; so the
+    # verdict written here is the one every reader of the artifact gets.
+    t = rec.get("timing") or {}
+    sc = t.get("second_clock") or {}
+    kernel, observed = sc.get("median_ms") or {}, sc.get("events_median_ms") or {}
+    syncing = (t.get("hold") or {}).get("self_syncing") or {} if isinstance(t.get("hold"), dict) else {}
+    noise_pct = round(noise_pct, 3) if noise_pct is not None else None
     rows = []
     for slot, r in [("baseline", base)] + [(f"alt:{a['name']}", a) for a in alts]:
         if r["status"] == "missing":
@@ -831,16 +852,21 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
         par = _parity_summary(r.get("parity") or {}, gates.get(slot)) if status == "ok" else {"passed": False}
         rows.append((slot, r, par, RefOutcome(name=name, role=r["role"], production=name in production, status=status,
                                               parity_passed=par["passed"] if status == "ok" else None,
-                                              median_ms=median, comparable=why is None, why_not_comparable=why,
-                                              error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"))))
+                                              median_ms=round(median, 6) if median is not None else None,
+                                              comparable=why is None, why_not_comparable=why,
+                                              error=None if status == "ok" else r.get("error") or (r.get("parity") or {}).get("error"),
+                                              kernel_ms=_num(kernel.get(slot)), events_observed_ms=_num(observed.get(slot)),
+                                              syncs_host=bool(syncing.get(slot)))))
     p_ok = port["status"] == "ok"
     pout = PortOutcome(status=port["status"] if port["status"] in ("ok", "unsupported") else "error",
                        parity_passed=bool((port.get("parity") or {}).get("passed")) if p_ok else None,
                        median_ms=stats["port"]["median"] if stats and "port" in stats else None,
                        problem=problem, problem_verdict=problem_verdict,
-                       error=None if p_ok else (port.get("parity") or {}).get("error"))
+                       error=None if p_ok else (port.get("parity") or {}).get("error"),
+                       kernel_ms=_num(kernel.get("port")), events_observed_ms=_num(observed.get("port")),
+                       syncs_host=bool(syncing.get("port")))
     timer = (rec.get("timing") or {}).get("method")
-    dec = decide(pout, [o for _, _, _, o in rows], noise_pct, gpu=ctx.be.gpu, timer=timer)
+    dec = decide(pout, [o for _, _, _, o in rows], noise_pct, gpu=ctx.be.gpu, timer=timer, aa_band=aa_band(rec))
     entries = []
     for slot, r, par, o in rows:
         sp = dec.speeds[o.name]
@@ -848,8 +874,8 @@ def _two_axis(ctx: _Ctx, rec: dict[str, Any], port: dict, base: dict, alts: list
             "name": o.name, "role": o.role, "production": o.production, "kernel": r.get("ref"), "slot": slot,
             "status": o.status, "error": (str(o.error)[:1000] if o.error else None) if o.status != "ok" else None,
             "parity": par,
-            "median_ms": round(o.median_ms, 6) if o.median_ms is not None else None,
-            "speedup": sp.speedup, "noise_pct": round(noise_pct, 3) if noise_pct is not None and sp.speedup is not None else None,
+            "median_ms": o.median_ms,
+            "speedup": sp.speedup, "noise_pct": noise_pct if noise_pct is not None and sp.speedup is not None else None,
             "speed": sp.speed,
         })
         if o.why_not_comparable and o.median_ms is not None:
