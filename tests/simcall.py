@@ -1,8 +1,12 @@
 """A simulated device call: what one measured shape costs the GPU, phase by phase.
 
-The timed phase is the real engine (timing.interleave, the held rounds, the sustained load, the stop
-rule of confidence.py) on the simulated GPU of simgpu.py, with graph-replay samples of about 8 ms
-and run-to-run jitter. Everything around it is a cost model (the table below): seconds for a process
+The timed phase is the real engine as the integrated runner runs it: the parent's timing loop
+(timing.interleave over session.ParentClock, the stop rule of confidence.py, the sustained load) making
+every launch a request to its slot's process, which times it as a round of its own behind its own hold
+(timing.LaunchTimers) on the simulated GPU of simgpu.py, with graph-replay samples of about 8 ms and
+run-to-run jitter; the references' canary is a slot of every round. Each request costs the host its round
+trip and the launch's commitment (the output copied to the host and hashed, SHA-256: ``commit_s_per_mib``
+of a 32 MiB output, a 4096x4096 bf16 product; the largest block-scale shape's is 128 MiB). Everything around it is a cost model (the table below): seconds for a process
 to start and import torch, for a Triton compile, for the in-process work of a shape's tasks. The
 numbers are assumptions, not measurements; the model is checked against what the H200 logs do show
 (50-78 s per GEMM shape when every task started a process of its own: benchmarks/results/
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 
 from simgpu import SimGPU
 from skillrun.evidence.verdict import speed_label
-from skillrun.execute import confidence, timing
+from skillrun.execute import confidence, session, timing
 from skillrun.execute.stats import aa_noise, percentile
 
 # Seconds; a model of an H200 host. Where a number comes from a log it says so; the rest are guesses.
@@ -44,6 +48,12 @@ COSTS = {
     # about 2 s, for 42 rounds with 16 checked: validation/triton_fp8_*_sm90/20261202T0*)
     "between_rounds": 0.03,
     "checked_round": 0.05,
+    # Per launch on the integrated engine (guesses: it has not run on a GPU yet): the parent's request and reply
+    # over a Unix socket, freezing the port's process around a reference's launch, and the commitment (a device
+    # to host copy and a SHA-256 of the output on 8 threads, about 4 GiB/s together).
+    "request": 0.0008,
+    "commit_s_per_mib": 0.00025,
+    "output_mib": 32.0,
 }
 
 
@@ -70,16 +80,54 @@ class ShapeCost:
 BLOCKSCALE_REFS = {"alt:padded": (1.0, False), "alt:mslk": (1.3, True), "alt:bf16": (1.6, False)}
 
 
+class _Child:
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+
+class SimSession:
+    """What session.ParentClock asks of session.Session, on the simulated GPU: every launch a request to its
+    slot's process (the accused's for the port, the references' for the rest), timed there by that slot's own
+    timer (timing.LaunchTimers), committed, and answered."""
+
+    def __init__(self, gpu: SimGPU, fns: dict) -> None:
+        self.gpu, self.fns = gpu, fns
+        self.children = {"accused": _Child("accused"), "references": _Child("references")}
+        self.timers = timing.LaunchTimers.like(timing.EventTimer(device=gpu, sustain_ms=0.0))
+        self.observer = None
+        self.request_us = 1e6 * (COSTS["request"] + COSTS["commit_s_per_mib"] * COSTS["output_mib"])
+
+    def child_of(self, slot: str) -> _Child:
+        return self.children["accused" if slot == "port" else "references"]
+
+    def untimed(self, child: _Child, calls: list) -> None:
+        for slot, _ in calls:
+            self.fns[slot]()
+        self.gpu.synchronize()
+        self.gpu.host_work(1e6 * COSTS["request"])
+
+    def timed(self, slot: str, j: int, observe: bool = False) -> dict:
+        ms, info = self.timers.launch(slot, self.fns[slot])
+        # the request's round trip; the commitment, for every slot but the canary (whose output is not judged)
+        self.gpu.host_work(1e6 * COSTS["request"] if slot == "canary" else self.request_us)
+        return {"sample": ms, "held": info.get("held"), "clock_mhz": info.get("clock_mhz"), "hold_us": info.get("hold_us"),
+                "self_synced": info["self_synced"], "unspun": info["unspun"], "launch_hold": info["launch_hold"]}
+
+
 def timed_phase(ratio: float, *, stop: bool, seed: int, refs: dict = BLOCKSCALE_REFS, jitter: float = 0.015,
                 rounds: int = 40, warmup: int | None = None, check_timed: int = 16, claim: float | None = None):
     """The timed session on the simulated GPU: port (``ratio`` = baseline time / port time), baseline and
-    its A/A copy, and ``refs`` (name -> (time relative to the baseline, decisive)); graph samples of ~8 ms."""
+    its A/A copy, ``refs`` (name -> (time relative to the baseline, decisive)) and the canary; graph samples of
+    ~8 ms; driven by the parent's ParentClock (see the module doc)."""
     gpu = SimGPU(launch_us=20.0, jitter=jitter, seed=seed)
     base = 8000.0
-    slots = {"port": [lambda: gpu.kernel(base / ratio)], "baseline": [lambda: gpu.kernel(base)],
-             "baseline#aa": [lambda: gpu.kernel(base)]}
+    fns = {"port": lambda: gpu.kernel(base / ratio), "baseline": lambda: gpu.kernel(base),
+           "baseline#aa": lambda: gpu.kernel(base), "canary": lambda: gpu.kernel(2000.0)}
     for name, (f, _) in refs.items():
-        slots[name] = [lambda f=f: gpu.kernel(base * f)]
+        fns[name] = lambda f=f: gpu.kernel(base * f)
+    sim = SimSession(gpu, fns)
+    clock = session.ParentClock(sim, "device events (simulated)", True, 50.0)
+    slots = {n: [session.RemoteCall(clock, n, 0)] for n in ["port", "baseline", *refs, "baseline#aa", "canary"]}
     decisive = ["baseline"] + [n for n, (_, d) in refs.items() if d]
     rule = confidence.StopRule(port="port", decisive=decisive, aa="baseline", claim=claim) if stop else None
     block = len(slots)
@@ -105,13 +153,25 @@ def timed_phase(ratio: float, *, stop: bool, seed: int, refs: dict = BLOCKSCALE_
     if warmup is None:  # the harness's defaults (ExecOptions.warmup_rounds)
         warmup = 3 if stop else 10
     h0 = gpu.h
-    t = timing.interleave(slots, timing.EventTimer(device=gpu, sustain_ms=50.0), 400 if stop else rounds, warmup,
-                          after_round=after, rng=random.Random(seed), stop=rule, horizon=plan if rule else None)
+    # the rule's seconds: the simulated host's clock (what the parent's perf_counter would read on the H200)
+    t = timing.interleave(slots, _Timed(clock, gpu), 400 if stop else rounds, warmup, after_round=after,
+                          rng=random.Random(seed), stop=rule, horizon=plan if rule else None)
     s = t["samples"]
     aa = aa_noise(s["baseline"], s["baseline#aa"])
     noise = max(aa["aa_noise_pct"], aa["aa_medians_pct"])
     r = percentile(s["baseline"], 50) / percentile(s["port"], 50)
     return (gpu.h - h0) / 1e6, t, rule, speed_label(r, noise), r
+
+
+class _Timed:
+    """ParentClock, with the simulated host's clock as the engine's ``now`` (timing.interleave reads
+    ``timer.dev.host_us`` where there is one)."""
+
+    def __init__(self, clock: session.ParentClock, gpu: SimGPU) -> None:
+        self._clock, self.dev = clock, gpu
+
+    def __getattr__(self, name: str):
+        return getattr(self._clock, name)
 
 
 def shape_cost(ratio: float, *, engine: str, seed: int = 0, refs: dict = BLOCKSCALE_REFS, first_of_card: bool = False,

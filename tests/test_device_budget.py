@@ -3,7 +3,13 @@ engine and stop rule on the simulated GPU, and a cost model for the processes, c
 around them, calibrated where the committed H200 logs say what a step cost.
 
 The process-per-task engine with a fixed 40 rounds must come out where the logs put it (50-78 s per
-GEMM shape); the same model then says what one session per card that stops on confidence costs."""
+GEMM shape); the same model then says what one session per card that stops on confidence costs.
+
+On the integrated engine (issue 36: the judge holds the clock) every launch is a request to its slot's process,
+answered with a SHA-256 commitment to its output, and the references' canary is a slot of every round (a block
+of 7, so at least 21 rounds): a stable warm shape with a 32 MiB output costs 10.9-11.3 s in this model (9.9-10.3 s
+with no commitment cost at all; 35's in-process engine: 9.2-9.6 s). Issue 35's 10 s holds for outputs of a few
+MiB only; the bound below is 12 s, and one fifth of the per-task engine's cost, which holds."""
 from __future__ import annotations
 
 import pytest
@@ -23,12 +29,12 @@ def test_the_model_gives_the_logged_cost_of_a_process_per_task():
 
 
 @pytest.mark.parametrize("ratio", STABLE)
-def test_a_stable_shape_costs_at_most_ten_device_seconds_at_the_verdict_of_the_fixed_count(ratio):
+def test_a_stable_shape_costs_a_fifth_of_a_process_per_task_at_the_verdict_of_the_fixed_count(ratio):
     for seed in (0, 1):
         old = shape_cost(ratio, engine="per-task", seed=seed)
         new = shape_cost(ratio, engine="session", seed=seed)
         assert new.verdict == old.verdict
-        assert new.total <= 10.0, new.phases
+        assert new.total <= 12.0, new.phases  # 10 s before every launch was a committed request (module doc)
         assert new.total <= old.total / 5
         assert not new.escalated and new.rounds < old.rounds
 
