@@ -288,7 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from skillrun import api
     from skillrun.execute.cost import summary as cost_summary
-    from skillrun.execute.sessions import SessionPool
 
     index = api.load_index(a.kb)
     if a.emit_bench_configs:
@@ -314,7 +313,13 @@ def main(argv: list[str] | None = None) -> int:
         compiling = compile_in_background(index, queue, a.compile_cache, log=lambda m: print(m, flush=True))
     seen: dict[str, list[float]] = {}
     costs = []
-    with SessionPool(gpu=(a.backend or "cuda") != "cpu") as pool:
+    from skillrun.execute.backends import make_backend
+    from skillrun.execute.harness import ExecOptions
+
+    # One pool for the call: each card's sandboxed servers serve all its shapes, and its references' server times
+    # the canary when it starts, before the card's accused server does (sessions.py).
+    be = make_backend(a.backend)
+    with ExecOptions.from_kw({"timer": a.timer} if a.timer else {}).pool(be) as pool:
         for t in queue:
             elapsed = time.time() - t0
             need = estimate(t["card"], seen, manifest, a)
