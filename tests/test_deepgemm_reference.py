@@ -42,7 +42,11 @@ def fake(monkeypatch):
     if real is not None and not hasattr(real, "CALLS"):
         pytest.skip("a real deep_gemm is imported in this process")
     monkeypatch.syspath_prepend(str(FAKE))
-    monkeypatch.delitem(sys.modules, "deep_gemm", raising=False)
+    # setitem first records what sys.modules held (nothing, on CPU); the delitem's undo runs
+    # before it, so the double is gone after the test. A bare delitem would leave it imported,
+    # and later tests would find a deep_gemm that "works" on a machine without CUDA.
+    monkeypatch.setitem(sys.modules, "deep_gemm", None)
+    monkeypatch.delitem(sys.modules, "deep_gemm")
     import deep_gemm
 
     if not hasattr(deep_gemm, "CALLS"):
@@ -208,3 +212,14 @@ def test_the_moe_card_names_the_grouped_deepgemm_references():
     assert alts["deepgemm_m_grouped_contiguous"].endswith("references:build_deepgemm_contiguous")
     assert alts["deepgemm_m_grouped_masked"].endswith("references:build_deepgemm_masked")
     assert {"deepgemm_m_grouped_contiguous", "deepgemm_m_grouped_masked"} <= set(card.references["production"])
+
+
+def test_the_test_double_does_not_outlive_its_test(fake):
+    # Run inside the fixture: the double is imported now. What matters is what the next test
+    # sees, checked by the module-level test below (pytest runs a file's tests in order).
+    assert hasattr(sys.modules["deep_gemm"], "CALLS")
+
+
+def test_after_the_double_s_tests_deep_gemm_is_not_left_imported():
+    leaked = sys.modules.get("deep_gemm")
+    assert leaked is None or not hasattr(leaked, "CALLS"), "the CPU double of deep_gemm leaked into sys.modules"
