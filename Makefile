@@ -15,6 +15,10 @@ FLYDSL_OLDEST_VERSION ?= 0.4.2
 FLYDSL_OLDEST := flydsl==$(FLYDSL_OLDEST_VERSION)
 OLDEST := .venv-flydsl-oldest
 FLYDSL_TESTS := tests/test_flydsl_compile.py
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; auto = one per core). A test file stays on
+# one worker (--dist loadfile), so its module fixtures are built once, as in a single process; the
+# FlyDSL compile tests spread test by test. PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= auto
 
 .PHONY: setup demo test test-flydsl-oldest lld browser
 
@@ -51,8 +55,8 @@ $(OLDEST)/.ready: $(BIN)/skill-run
 # The FlyDSL compile tests only (every recipe compiled and gated), under the oldest supported FlyDSL.
 test-flydsl-oldest: $(OLDEST)/.ready lld
 	$(OLDEST)/bin/python -c "import importlib.metadata as m; v = m.version('flydsl'); print('flydsl', v); assert v == '$(FLYDSL_OLDEST_VERSION)', v"
-	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(FLYDSL_TESTS)
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist load $(FLYDSL_TESTS)
 
 test: setup lld browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile tests
 	$(MAKE) test-flydsl-oldest

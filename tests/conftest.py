@@ -21,6 +21,23 @@ def shared_traces() -> Path:
     return p
 
 
+# `make test` runs on pytest-xdist workers, which start with COLUMNS=80 in their environment whatever the
+# controller had; the CLI then wraps paths at 80 columns where a plain run (stdout not a terminal, no
+# COLUMNS) prints them whole. Each worker gets the controller's own value back.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["skillrun_columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config):
+    wi = getattr(config, "workerinput", None)
+    if wi is not None and "skillrun_columns" in wi:
+        if wi["skillrun_columns"] is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = wi["skillrun_columns"]
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch

@@ -8,6 +8,8 @@ The SM clock can drop (throttling), which stretches kernels. With ``power_window
 follows the device's recent load the way a power-limited GPU's does: boost when the window before a
 kernel was mostly idle, the sustained clock when it was busy, and only the compute-bound part of a
 kernel stretches with it (so two kernels' ratio depends on the power state, as on the H200).
+With ``jitter`` each kernel's duration varies run to run (log-normal), so stopping rules and noise
+floors have something to estimate.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ class SimEvent:
 
 class SimGPU:
     def __init__(self, launch_us: float = 50.0, event_us: float = 2.0, clock_mhz: float = 1980.0,
-                 power_window_us: float | None = None, sustained_mhz: float = 1400.0) -> None:
+                 power_window_us: float | None = None, sustained_mhz: float = 1400.0, jitter: float = 0.0,
+                 seed: int = 0) -> None:
         self.h = 0.0          # host clock, us
         self.free = 0.0       # when the device finishes what is queued, us
         self.launch_us = launch_us
@@ -48,6 +51,11 @@ class SimGPU:
         self.sustained_mhz = sustained_mhz
         self.busy: list[tuple[float, float]] = []  # (start, end) of heavy work, for the power model
         self.clocks_seen: list[float] = []
+        # Run-to-run variation of a kernel's duration: log-normal with this sigma (0: exact).
+        import random
+
+        self.jitter = jitter
+        self._rng = random.Random(seed)
 
     # -- the Device protocol
     def event(self) -> SimEvent:
@@ -98,6 +106,10 @@ class SimGPU:
         """A kernel taking ``us_at_base_clock`` at the base clock; ``compute`` = the fraction of it
         that scales with the SM clock (the rest is memory time)."""
         self.kernels += 1
+        if self.jitter:
+            import math
+
+            us_at_base_clock *= math.exp(self._rng.gauss(0.0, self.jitter))
         if not self.power_window_us:
             self.enqueue(us_at_base_clock * self.base_clock / self.clock, self.launch_us)
             return

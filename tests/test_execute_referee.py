@@ -67,7 +67,7 @@ def honest(inputs: dict) -> torch.Tensor:
 
 def hand(ref: referee.Referee, slot: str, token: int, out: torch.Tensor) -> None:
     side = "accused" if slot == "port" else "references"
-    judge.write_output(ref.handover / side / f"s{[s['slot'] for s in SLOTS].index(slot)}", token, out, {})
+    judge.write_output(ref.handovers[side] / f"s{[s['slot'] for s in SLOTS].index(slot)}", token, out, {})
 
 
 def test_both_sides_build_the_same_content_from_the_referees_seeds_and_plans(served):
@@ -95,7 +95,7 @@ def test_a_checked_round_is_judged_from_the_bytes_against_the_referees_own_conte
     s = ref.summary()["sampled"]
     assert s["baseline"] == {"checked": 1, "failed": 0, "handover_failed": 0, "failures": []}
     assert s["port"]["checked"] == 1 and s["port"]["failed"] == 1 and s["port"]["handover_failed"] == 0
-    assert not list(ref.handover.rglob("*.bin"))  # judged bytes do not pile up
+    assert not [f for d in ref.handovers.values() for f in d.rglob("*.bin")]  # judged bytes do not pile up
 
 
 def test_an_output_changed_after_the_round_was_chosen_fails_its_commitment(served):

@@ -183,6 +183,17 @@ def build_port_segfault(shape: dict, config: dict, device: str) -> KernelLaunch:
     return _port("port_segfault", body)
 
 
+def build_port_segfault_at_m40(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """Honest, except at M = 40, where its first launch takes its process down (one bad shape of many)."""
+    def body(p, out):
+        if p["a"].shape[0] == 40:
+            ctypes.string_at(0)
+        out.copy_(_honest(p["a"], p["b"]))
+        return out
+
+    return _port("port_segfault_at_m40", body)
+
+
 def build_port_hang(shape: dict, config: dict, device: str) -> KernelLaunch:
     def body(p, out):
         time.sleep(3600)

@@ -73,3 +73,40 @@ def build_cheat(shape: dict, config: dict, device: str) -> KernelLaunch:
 
     return KernelLaunch(name="toy_triton_mm_cheat", run=run, expect_kernels=EXPECT,
                         describe={"backend": "triton", "config": cfg})
+
+
+def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """What ``build`` launches, compiled for ``arch`` on the CPU (kernels/skillrun_kernels/protocol.py);
+    small tiles keep the compile-ahead tests quick."""
+    from skillrun_kernels._triton.compile import compile_facts
+
+    cfg = {**DEFAULT, **(config or {})}
+    m, n, k = (int(shape[x]) for x in ("M", "N", "K"))
+    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    consts = {"BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg.get("GROUP_M", 8)}
+    values = {"M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1, "scm": n, "scn": 1}
+    facts = compile_facts(_toy_mm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
+                          num_warps=cfg.get("num_warps", 8), num_stages=cfg.get("num_stages", 3), arch=arch)
+    return {"arch": arch, "config": cfg, "kernels": [facts]}
+
+
+def launch_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
+    """``compile_only`` without the facts: what a launch needs from the cache (the cubin), not the PTX
+    the facts are read from, so a pruned cache serves it (tests/test_compile_ahead.py)."""
+    from skillrun_kernels._triton.compile import compile_kernel
+
+    cfg = {**DEFAULT, **(config or {})}
+    m, n, k = (int(shape[x]) for x in ("M", "N", "K"))
+    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    consts = {"BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg.get("GROUP_M", 8)}
+    values = {"M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1, "scm": n, "scn": 1}
+    ck = compile_kernel(_toy_mm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
+                        num_warps=cfg.get("num_warps", 8), num_stages=cfg.get("num_stages", 3), arch=arch)
+    return {"arch": arch, "config": cfg, "kernels": [{"name": "_toy_mm_kernel", "cubin_bytes": len(ck.asm["cubin"])}]}
+
+
+def build_gpu_only(shape: dict, config: dict, device: str) -> KernelLaunch:
+    """The toy port, refusing a CPU device in its build (as a port that calls CUDA-only APIs would)."""
+    if not str(device).startswith("cuda"):
+        raise RuntimeError("this port needs a CUDA device")
+    return build(shape, config, device)

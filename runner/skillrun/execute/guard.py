@@ -41,9 +41,10 @@ WATCHED = {
     "skillrun.execute.operands": ("prepare_blind",),
     "skillrun.execute.input_sets": ("InputSets.check", "InputSets.refresh", "InputSets._write"),
     "skillrun.execute.timing": ("EventTimer.measure", "EventTimer.begin_round", "EventTimer.end_round",
-                                "WallTimer.measure", "TorchDevice.event", "TorchDevice.synchronize"),
+                                "WallTimer.measure", "TorchDevice.event", "TorchDevice.synchronize",
+                                "LaunchTimers.launch", "LaunchTimers.timer"),
     "skillrun.execute.slot_server": ("Server.launch", "Server.commit", "Server.handle"),
-    "skillrun.execute.guard": ("Guard.check", "harness"),
+    "skillrun.execute.guard": ("Guard.check", "harness", "baseline"),
     "socket": ("socket.sendall", "socket.recv"),
     "json": ("dumps", "loads"),
 }
@@ -123,6 +124,20 @@ class Guard:
         if changed:
             problems.append("harness function(s) replaced: " + ", ".join(changed[:6]))
         return problems
+
+
+_BASELINE: Guard | None = None
+
+
+def baseline() -> Guard:
+    """This process's guard: what its harness functions, torch modes and threads were before any kernel module
+    was imported in it. A task child takes it at its session's build; a card's long-lived server (serve.py)
+    when it starts, before its first task, so whatever a port of an earlier shape of the card replaced or left
+    running in the process is found by every later session there (sessions.py)."""
+    global _BASELINE
+    if _BASELINE is None:
+        _BASELINE = Guard()
+    return _BASELINE
 
 
 def _split(key: str) -> tuple[str, str]:

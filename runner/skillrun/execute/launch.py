@@ -34,9 +34,13 @@ def _sync(device: str):
 
 
 def _build(ref: str, shape: dict, config: dict, device: str):
+    from skillrun.execute.cost import TASK, watch_compiles
     from skillrun_kernels.protocol import KernelLaunch
 
+    prev = TASK.mark("imports")  # the kernel module and what it imports
     builder = resolve(ref)
+    watch_compiles()  # Triton's cache hits and misses from here on (a carried compile cache, compile_ahead.py)
+    TASK.mark(prev)
     t0 = time.perf_counter()
     launch = builder(dict(shape), dict(config or {}), device)
     if not isinstance(launch, KernelLaunch):

@@ -27,7 +27,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from skillrun.execute import integrity, judge, parity
+from skillrun.execute import confidence, integrity, judge, parity
 
 _MODES = ("full", "block", "block", "keep")
 
@@ -103,12 +103,18 @@ class LocalSource:
 class Referee:
     """Decides about one session (see the module doc); ``summary()`` once its processes have ended."""
 
-    def __init__(self, task: dict, folder: str | Path) -> None:
+    def __init__(self, task: dict, folder: str | Path, handover: dict[str, str | Path] | None = None) -> None:
         import torch  # noqa: F401  (the referee computes oracles: the parent imports torch only now)
 
         self.task, self.folder = task, Path(folder)
-        self.handover = self.folder / "handover"
-        self.handover.mkdir(parents=True)
+        # Each side of the session hands over into a folder of its own (the accused cannot write the
+        # references'): ``handover`` names them (a card's servers write only their own folders, sessions.py),
+        # else they are made here.
+        if handover is None:
+            handover = {side: self.folder / "handover" / side for side in ("accused", "references")}
+            for d in handover.values():
+                d.mkdir(parents=True)
+        self.handovers = {side: Path(d) for side, d in handover.items()}
         # The problem module as the parent pinned it before any port ran (judge.load_problem), never as
         # the file (or an earlier import) is now: a port that appended code to it changes nothing here.
         self.pin = task.get("problem_pin") or judge.pin_problem(task["problem"])
@@ -120,6 +126,13 @@ class Referee:
         self.contract = output_contract(self.problem, self.shape, self.device)
         tcfg = task.get("timing") or {}
         self.rounds = max(1, int(tcfg.get("rounds", 100)))
+        # A session that stops on confidence (confidence.py) runs at least plan_rounds and at most
+        # ``rounds``: the checks are drawn over the rounds it is sure to run, and past them at the same
+        # rate, so stopping early never leaves a port with fewer checks, nor unchecked late rounds.
+        planned = confidence.plan_rounds(task)
+        self.open_ended = planned is not None
+        if planned is not None:
+            self.rounds = planned
         self.k_target = max(1, min(int(tcfg.get("check_timed", 16)), self.rounds))
         # The session makes at most max_sets input sets (timing.rotation_sets); the referee holds a copy
         # of each, so a session asking for more is refused before it can fill this process's memory.
@@ -239,6 +252,8 @@ class Referee:
         left = max(1, self.rounds - (self.timed - 1))
         need = self.k_target - self.checked
         check = need > 0 and (self.rng.random() * left < need or (bool(msg.get("last")) and self.checked == 0))
+        if self.open_ended and self.timed > self.rounds:
+            check = self.rng.random() * self.rounds < self.k_target  # past the planned rounds: the same rate
         if not check:
             return {"check": False}
         self.checked += 1
@@ -276,7 +291,7 @@ class Referee:
     def _judge_one(self, slot: str, j: int, token: int, commit: Any) -> dict:
         ref = self._oracle(j)
         # each side of the session hands over into its own folder: the accused cannot write a reference's
-        folder = self.handover / ("accused" if slot in self.accused else "references") / f"s{self.slots.index(slot)}"
+        folder = self.handovers["accused" if slot in self.accused else "references"] / f"s{self.slots.index(slot)}"
         try:
             out, _meta = judge.read_output(folder, token, max_bytes=max(1, ref.numel()) * 16)
         except ValueError as exc:

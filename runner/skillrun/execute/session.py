@@ -32,6 +32,7 @@ deadline (a launch: the launch deadline), and a child that does not answer is ki
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -46,8 +47,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from skillrun.execute import confidence, timing
 from skillrun.execute import referee as referee_mod
-from skillrun.execute import timing
+from skillrun.execute.cost import PhaseClock
 
 CLAIM_FLOOR_MS = 1.0
 CANARY_CALIBRATION = 9
@@ -337,9 +339,12 @@ class ParentClock:
         self.hold = hold
         self.sustain_ms = sustain_ms
         self.hold_us: float | None = None
-        # Each launch is a round of its own in its process (behind its own hold on a GPU): nothing to report
-        # as the engine's per-launch mode, which is for launches that synchronize inside themselves.
+        # Each launch is a round of its own in its process, behind its own hold on a GPU, with a timer of its
+        # slot's own (timing.LaunchTimers): ``launch_hold`` says a slot's timer went to the engine's
+        # per-launch mode (a launch that synchronizes inside itself), ``unspun`` which slots then lost
+        # their spin altogether.
         self.launch_hold = False
+        self.unspun: set[str] = set()
         self.queue: list[tuple[str, int]] = []
         self.observing: str | None = None
         self.round: list[dict] = []
@@ -368,6 +373,9 @@ class ParentClock:
         self.round.append(rec)
         if rec.get("hold_us"):
             self.hold_us = max(self.hold_us or 0.0, float(rec["hold_us"]))
+        self.launch_hold = self.launch_hold or rec["launch_hold"]
+        if rec["unspun"]:
+            self.unspun.add(fn.slot)
         return lambda: rec["sample"]
 
     def end_round(self) -> dict[str, Any]:
@@ -375,8 +383,12 @@ class ParentClock:
         recs, self.round = self.round, []
         helds = [r.get("held") for r in recs if r.get("held") is not None]
         clocks = [r["clock_mhz"] for r in recs if isinstance(r.get("clock_mhz"), (int, float))]
-        return {"held": all(helds) if helds else None, "queue_us": None,
-                "clock_mhz": sorted(clocks)[len(clocks) // 2] if clocks else None}
+        out = {"held": all(helds) if helds else None, "queue_us": None,
+               "clock_mhz": sorted(clocks)[len(clocks) // 2] if clocks else None}
+        if any(r["launch_hold"] for r in recs):
+            # per launch, as the engine counts a slot that synchronizes inside its launch (hold.self_syncing)
+            out["launch_held"] = [not r["self_synced"] for r in recs]
+        return out
 
     def sync(self) -> None:
         self._flush()
@@ -446,6 +458,10 @@ class Session:
         self.impossible: dict[str, int] = {}
         self.observer: RemoteObserver | None = None
         self.use_device = str(task["device"]).startswith("cuda")
+        self.canary_ms: list[float] | None = None  # the canary's cost taken when the references' server started
+        # Where the session's wall time goes, by phase (cost.py), as this process sees it: the children's
+        # start, their builds, the input sets, the checks, warm-up and rounds (timing.interleave's phase_s).
+        self.cost = PhaseClock()
 
     def left(self) -> float:
         return max(1.0, self.end - time.monotonic())
@@ -494,35 +510,47 @@ class Session:
         if observe and self.observer is not None:
             self.observer.add(slot, rep)
         return {"sample": min(claimed, wall), "held": rep.get("held"), "clock_mhz": rep.get("clock_mhz"),
-                "hold_us": rep.get("hold_us"), "self_synced": bool(rep.get("self_synced"))}
+                "hold_us": rep.get("hold_us"), "self_synced": rep.get("self_synced") is True,
+                "unspun": rep.get("unspun") is True, "launch_hold": rep.get("launch_hold") is True}
 
 
-def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: str, run_task: Callable[..., dict]) -> dict:
-    """A session task: the referee, the two children, the rounds; the result in the harness's form."""
+def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: str, run_task: Callable[..., dict],
+                handover: Callable[[str], Any] | None = None, canary_ms: list[float] | None = None) -> dict:
+    """A session task: the referee, the two children, the rounds; the result in the harness's form.
+
+    With a card's long-lived servers (sessions.py): ``handover(role)`` gives each side's hand-over folder (a
+    temporary folder inside what that side's server may write), and ``canary_ms`` the canary's cost as the
+    references' server measured it when it started, before the card's accused server existed."""
     from skillrun.io import lifeline
 
-    with lifeline.temp_dir("session") as tmp:
+    with lifeline.temp_dir("session") as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
         try:
-            ref = referee_mod.Referee(task, folder)
+            sides_of = ["accused"] + (["references"] if any(x["slot"] not in {task["port_slot"], *(task.get("peers") or [])}
+                                                            for x in task["slots"]) else [])
+            folders = {role: Path(stack.enter_context(handover(role))) for role in sides_of} if handover else None
+            ref = referee_mod.Referee(task, folder, handover=folders)
         except Exception as exc:  # noqa: BLE001 - the problem module or the device, named in the row's error
             return {"status": "error", "error": f"the session's referee could not start: {type(exc).__name__}: {exc}"[:2000],
                     "wall_s": 0.0}
         t0 = time.perf_counter()
         s = Session(task, ref, folder, timeout_s)
+        s.canary_ms = list(canary_ms) if canary_ms else None
+        # until both children have connected: their processes' start, or (a card's servers, already running) a
+        # moment's wait, unless a server had to start for this session (charged below, from what it says)
+        s.cost.mark("process_start" if handover is None else "other")
         results: dict[str, dict] = {}
         threads = []
         try:
             sides = [("accused", s.accused)] + ([("references", s.refs)] if s.refs else [])
             listeners = {role: Listener(folder, role) for role, _ in sides}
             for lane, (role, names) in enumerate(sides):
-                (ref.handover / role).mkdir()
                 child_task = {
                     "kind": "slots", "role": role, "problem": task["problem"], "shape": task["shape"],
                     "device": task["device"], "port_slot": s.port, "peers": s.peers, "aa_slot": s.aa,
                     "slots": [x for x in task["slots"] if x["slot"] in names], "timing": task.get("timing") or {},
                     "slot_index": {x["slot"]: i for i, x in enumerate(task["slots"]) if x["slot"] in names},
-                    "handover": str(ref.handover / role), "conductor": listeners[role].path,
+                    "handover": str(ref.handovers[role]), "conductor": listeners[role].path,
                     "token": listeners[role].token, "idle_s": timeout_s, "sandbox": task.get("sandbox")}
 
                 def start(role=role, child_task=child_task, lane=lane):
@@ -533,6 +561,7 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
             for role, th in threads:
                 s.children[role] = listeners[role].accept(s.left(), alive=th.is_alive)
             res = _drive(s, task)
+            res["phases"] = s.cost.to_json()
             res["wall_s"] = round(time.perf_counter() - t0, 3)
             ref.done = True
         except SessionError as exc:
@@ -558,6 +587,13 @@ def run_session(task: dict, *, timeout_s: float, env: dict | None, isolation: st
                                                    f"{str(r.get('error'))[:300]}")
             if res.get("status") == "error" and r.get("stderr_tail"):
                 res.setdefault("stderr_tail", r["stderr_tail"])
+        # the session's children (a server already running serves it without starting one)
+        res["processes_started"] = sum(int(r.get("processes_started") or 0) for r in results.values())
+        if handover is not None and isinstance(res.get("phases"), dict):
+            for r in results.values():
+                for k in ("process_start", "imports"):
+                    s.cost.move("other", k, float((r.get("server_start") or {}).get(k) or 0.0))
+            res["phases"] = s.cost.to_json()
         if res.get("status") == "error" and summary.get("input_error"):
             return {**res, "input_error": True, "error": summary["input_error"]}
         return referee_mod.fold(res, task, summary)
@@ -582,6 +618,7 @@ def _drive(s: Session, task: dict) -> dict:
     res: dict[str, Any] = {"status": "ok", "slots": {}, "notes": [], "shape": dict(task["shape"])}
 
     # 1. the references first, and the canary's cost before the port is imported anywhere
+    s.cost.mark("compile")  # the slots' builds (their modules imported, their JIT compiles)
     canary_cal: list[float] = []
     built: dict[str, dict] = {}
     timer_info: dict[str, Any] = {}
@@ -590,7 +627,11 @@ def _drive(s: Session, task: dict) -> dict:
         built.update(b["slots"])
         timer_info = b["timer"]
         if tcfg.get("timer"):
-            canary_cal = refs_child.request({"op": "canary", "count": CANARY_CALIBRATION}, s.left())["ms"]
+            # Its cost before any process holding this card's port existed: the references' server measured it when
+            # it started (sessions.py); else here, before the accused's process has imported the port.
+            canary_cal = s.canary_ms or refs_child.request({"op": "canary", "count": CANARY_CALIBRATION}, s.left())["ms"]
+            if s.canary_ms:
+                refs_child.request({"op": "canary", "count": 0}, s.left())  # built in this session's process too
     b = acc.request({"op": "build"}, s.left())
     built.update(b["slots"])
     timer_info = timer_info or b["timer"]
@@ -602,6 +643,7 @@ def _drive(s: Session, task: dict) -> dict:
     vendor = vendor if isinstance(vendor, str) else None
 
     # 2. input sets: the referee's seeds (it rejects a degenerate problem on set 0)
+    s.cost.mark("inputs")
     ans = s.ref.answer({"op": "set", "j": 0})
     if ans.get("error"):
         if ans.get("input_error"):
@@ -629,6 +671,7 @@ def _drive(s: Session, task: dict) -> dict:
         both(kids, lambda c: {"op": "add_set", "seed": seed}, s.left())
 
     # 3. each slot once, the aliasing gates; then which kernels ran (a profiled sample of each slot)
+    s.cost.mark("checks")
     first = both(kids, lambda c: {"op": "first"}, s.left())
     res["aliasing"] = first["accused"].get("aliasing") or {"name": "port_output_aliasing", "passed": False,
                                                             "reason": "not checked"}
@@ -650,6 +693,7 @@ def _drive(s: Session, task: dict) -> dict:
     t = None
     clock = None
     if tcfg.get("timer"):
+        s.cost.mark("warmup")  # the callables, CUDA-graph capture
         both(kids, lambda c: {"op": "timing"}, s.left())
         repeat = 1
         res["cuda_graph"] = False
@@ -710,9 +754,17 @@ def _drive(s: Session, task: dict) -> dict:
 
         import random
 
+        # Stop on confidence (confidence.py) when the task asks for it: ``rounds`` is then a cap, and the rule
+        # decides after every whole block of the parent's rounds (the canary is a slot of the block).
+        rule = confidence.StopRule.from_config(tcfg.get("stop"), s.port, list(slots), s.aa)
+        s.cost.mark(None)  # the engine says where its time went (phase_s)
         t = timing.interleave(slots, clock, int(tcfg.get("rounds", 100)), int(tcfg.get("warmup", 10)), None,
                               tcfg.get("max_seconds"), observe=int(tcfg.get("observe_rounds", 3)), observer=s.observer,
-                              after_round=after_round, rng=random.SystemRandom())
+                              after_round=after_round, rng=random.SystemRandom(), stop=rule,
+                              horizon=rule.horizon(len(slots)) if rule else None)
+        for k, v in (t.get("phase_s") or {}).items():
+            s.cost.add(k, v)
+        s.cost.mark("checks")
         canary = _take_canary(t)
         if repeat > 1:
             worker.per_call(t, repeat)
@@ -720,13 +772,14 @@ def _drive(s: Session, task: dict) -> dict:
                          **{k: t[k] for k in ("samples", "rounds", "warmup", "raw", "round_info", "position_effect",
                                               "unheld_rounds", "hold_ineffective", "throttled_rounds", "observed",
                                               "observed_positions", "held", "hold_us", "sustain_ms", "launch_hold",
-                                              "self_syncing")},
-                         "observed_rounds": len(t["observed_rounds"]),
+                                              "self_syncing", "unspun")},
+                         "observed_rounds": len(t["observed_rounds"]), "timed_device_s": t.get("timed_device_s"),
+                         **({"stop": rule.record(t["block"])} if rule else {}),
                          "profiler_ms": ({k: [x / repeat for x in v] for k, v in s.observer.kernel_ms().items()}
                                          if use_device else {})}
         res["timing"]["parent_clock"] = _parent_clock(s)
         if canary is not None:
-            res["timing"]["canary"] = _canary(canary, canary_cal)
+            res["timing"]["canary"] = _canary(canary, canary_cal, at_start=bool(s.canary_ms))
             r = res["timing"]["canary"].get("ratio")
             if r and r > CANARY_LIMIT and not use_device:
                 res["notes"].append(f"the canary in the references' process ran {r:.2f}x its cost before the port was "
@@ -783,10 +836,11 @@ def _median(xs: list[float]) -> float | None:
     return ys[k] if len(ys) % 2 else 0.5 * (ys[k - 1] + ys[k])
 
 
-def _canary(c: dict, cal: list[float]) -> dict:
+def _canary(c: dict, cal: list[float], at_start: bool = False) -> dict:
     base, now = _median(cal), _median(c["samples"])
     out = {"what": "a fixed matrix product timed in the references' process in every round; its cost measured "
-                   "there before the port was imported anywhere",
+                   + ("when the card's references' process started, before the card's port process was started"
+                      if at_start else "there before the port was imported anywhere"),
            "before_ms": round(base, 6) if base else None, "session_ms": round(now, 6) if now else None,
            "limit": CANARY_LIMIT}
     if base and now:

@@ -71,6 +71,8 @@ class Server:
         self.aa = task.get("aa_slot") if task.get("aa_slot") in self.specs else None
         self.tcfg = task.get("timing") or {}
         self.timer = timing.make_timer(self.tcfg.get("timer"), self.device) if self.tcfg.get("timer") else None
+        # Each launch a round of its own behind its own hold, one timer per slot (timing.LaunchTimers).
+        self.timers = timing.LaunchTimers.like(self.timer) if self.timer is not None else None
         self.handover = {n: os.path.join(task["handover"], f"s{i}") for n, i in task["slot_index"].items()}
         self.launches: dict[str, Any] = {}
         self.holder: dict[str, Any] = {}
@@ -128,7 +130,9 @@ class Server:
         _fp32_oracle_precision()
         self.problem = importlib.import_module(self.task["problem"])
         self.contract = referee.output_contract(self.problem, self.shape, self.device)
-        self.guard = guard.Guard()  # before any kernel module is imported: what the harness's functions are
+        # What the harness's functions, modes and threads were before any kernel module was imported in this
+        # process: now, in a child of its own; when it started, in a card's long-lived server (sessions.py).
+        self.guard = guard.baseline()
         out = {}
         for n, s in self.specs.items():
             launch, build_s = _build(s["ref"], self.shape, s.get("config") or {}, self.device)
@@ -293,31 +297,16 @@ class Server:
         """One timed launch (held on its own on a GPU), then the commitment to its output."""
         slot, j, observe = msg["slot"], int(msg["set"]), bool(msg.get("observe"))
         fn = self._fn(slot, j)
-        timer = self.timer
-        begin = getattr(timer, "begin_round", None)
-        end = getattr(timer, "end_round", None)
-        info: dict[str, Any] = {}
         if self.flush is not None:
             self.flush()
         if observe:
             self.observer.round = int(msg.get("index", -1))
-            with self.observer(slot):
-                if begin is not None:
-                    getattr(timer, "begin_round_observed", begin)()
-                read = timer.measure(fn)
-                if end is not None:
-                    info = end()
+            ms, info = self.timers.launch(slot, fn, observe=self.observer(slot))
         else:
-            if begin is not None:
-                begin()
-            read = timer.measure(fn)
-            info = end() if end is not None else {}
-            if end is None:
-                timer.sync()
-        ms = float(read())
+            ms, info = self.timers.launch(slot, fn)
         reply: dict[str, Any] = {"ms": ms, "held": info.get("held"), "clock_mhz": info.get("clock_mhz"),
-                                 "hold_us": getattr(timer, "hold_us", None), "launch_hold": bool(getattr(timer, "launch_hold", False)),
-                                 "self_synced": (info.get("launch_held") or [True])[0] is False}
+                                 "hold_us": info.get("hold_us"), "launch_hold": info["launch_hold"],
+                                 "self_synced": info["self_synced"], "unspun": info["unspun"]}
         if slot != "canary":
             reply.update(self.commit(slot[:-3] if slot.endswith("#aa") else slot))
         if observe:
@@ -395,20 +384,8 @@ class Server:
 
     def op_canary(self, msg: dict) -> dict:
         """The canary's workload, built once (not the problem's: its cost must not depend on it)."""
-        import torch
-
         if self.canary_fn is None:
-            size = CANARY_N["cuda" if self.use_device else "cpu"]
-            g = torch.Generator(device=self.device).manual_seed(7)
-            a = torch.randn(size, size, generator=g, device=self.device)
-            b = torch.randn(size, size, generator=g, device=self.device)
-            c = torch.empty(size, size, device=self.device)
-            reps = 4
-
-            def canary():
-                for _ in range(reps):
-                    torch.mm(a, b, out=c)
-            self.canary_fn = canary
+            self.canary_fn = canary_workload(self.device)
         ms = []
         for _ in range(int(msg.get("count", 0))):
             ms.append(self.launch({"slot": "canary", "set": 0})["ms"])
@@ -421,6 +398,32 @@ class Server:
                       "mutations": list(self.sets.mutations[n]) if self.sets else [],
                       "tampered": list(self.sets.tampered[n]) if self.sets else []}
         return {"slots": out, "guard": self.guard.check() if self.guard else []}
+
+
+def canary_workload(device: str):
+    """The canary: a fixed matrix product of a size per device kind, whatever the problem."""
+    import torch
+
+    size = CANARY_N["cuda" if str(device).startswith("cuda") else "cpu"]
+    g = torch.Generator(device=device).manual_seed(7)
+    a = torch.randn(size, size, generator=g, device=device)
+    b = torch.randn(size, size, generator=g, device=device)
+    c = torch.empty(size, size, device=device)
+    reps = 4
+
+    def canary():
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+    return canary
+
+
+def calibrate_canary(timer: str, device: str, count: int) -> list[float]:
+    """The canary's cost, timed as a session times it (each launch a round of its own): what a card's references'
+    server measures when it starts (serve.py), before the card's port process exists."""
+    timers = timing.LaunchTimers.like(timing.make_timer(timer, device))
+    fn = canary_workload(device)
+    fn()  # warm (the library's first call)
+    return [timers.launch("canary", fn)[0] for _ in range(count)]
 
 
 def serve(task: dict) -> dict:

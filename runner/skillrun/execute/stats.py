@@ -70,10 +70,17 @@ def engine_facts(t: dict) -> dict:
                        "ineffective": bool(t.get("hold_ineffective")),
                        "per_launch": bool(t.get("launch_hold")),
                        "self_syncing": dict(t.get("self_syncing") or {}),
+                       "unspun": list(t.get("unspun") or []),
                        "how": ("a device-side spin (torch.cuda._sleep, calibrated in SM cycles) queued before each round, "
                                "sized to outlast the host's queuing of the round; a round whose spin had ended before "
                                "the last launch was queued is not kept")
                        if t.get("held") else "none (host timer or hold disabled)"}
+        if t.get("unspun"):
+            out["hold"]["unspun_how"] = (
+                "these slots synchronize inside their launch (the host waits for the device mid-call), so once seen "
+                "doing so in two rounds they get no spin before their launches (the host would only wait through it): "
+                "their events time the call as the device saw it, host round trips included, and second_clock gives "
+                "their kernel durations from the profiled rounds")
     if t.get("sustain_ms") is not None:
         out["sustain"] = {"ms": t["sustain_ms"],
                           "how": ("before each timed round, about this many ms of the round's own launches (other input "
@@ -82,6 +89,8 @@ def engine_facts(t: dict) -> dict:
                                  "none: rounds start in whatever power state the gap before them left"}
     if t.get("position_effect"):
         out["position_effect"] = t["position_effect"]
+    if t.get("stop"):
+        out["stop"] = t["stop"]  # why the session ended where it did (confidence.StopRule.record)
     prof = {k: v for k, v in (t.get("profiler_ms") or {}).items() if v}
     if prof:
         out["second_clock"] = {"method": "torch.profiler device activity: busy time of the slot's kernels in each observed launch",
@@ -111,7 +120,9 @@ def timing_warnings(timing: dict, stats: dict, noise_pct: float | None) -> list[
         sync = ", ".join(f"{k} ({v} rounds)" for k, v in sorted((hold.get("self_syncing") or {}).items())) or "none seen"
         out.append("a launch waited for the host inside itself, so every launch was then held on its own (a spin before "
                    f"each start event) and no slot after it started on an idle device; synchronizing inside the launch: {sync} "
-                   "(their times include that host round trip, their own cost)")
+                   "(their times include that host round trip, their own cost"
+                   + ("; " + ", ".join(hold["unspun"]) + " then ran with no spin before it, timed by events around the call"
+                      if hold.get("unspun") else "") + ")")
     if hold.get("unheld_rounds") and hold.get("per_launch"):
         out.append(f"{hold['unheld_rounds']} round(s) before every launch was held on its own were left out")
     elif hold.get("unheld_rounds") and not hold.get("ineffective"):

@@ -23,6 +23,11 @@ benchmarks in ``benchmarks/`` (``time_slots``). Rules it follows (../facts/measu
    the round before needed), the timer holds every launch on its own (a spin before each start event): a
    launch that still finds its spin ended synchronized inside itself (its time includes that host
    round trip, which is its own cost); every other launch is measured off an idle device again.
+   A slot seen doing so in two rounds gets no spin before its launches from then on: the host
+   would only wait through it (on the H200's MoE shapes a spin grown to 200 ms before every launch
+   of such a reference cost 26-44 s per shape). Its events then time the call as the device saw it,
+   host round trips included, and the profiler's kernel durations (the second clock) say how much of
+   that is kernel time; the artifact names the slot and the method (``hold.unspun``).
 4. Rounds whose SM clock reads below 75 % of the session's median clock are dropped as throttled.
 5. **Sustained load before each round.** A GPU's clock follows its recent power draw: single held
    launches after the harness's integrity gap ran at the H200's 1980 MHz boost, back-to-back replays
@@ -37,6 +42,7 @@ simulated GPU that has launch latency, idle gaps and clock throttling.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 import os
@@ -165,6 +171,10 @@ class TorchDevice:
 class EventTimer:
     """Device events around each launch; the stream is held by a calibrated spin until the round is queued."""
 
+    takes_slot = True  # measure(fn, slot=...), begin_round(slot=...): the per-launch hold is decided per slot
+    # A slot whose launch ended its own spin in this many rounds synchronizes inside itself.
+    UNSPIN_AFTER = 2
+
     method = ("device events around each launch; each round queued behind a device-side spin that outlasts "
               "the host's queuing (checked per round), slot positions balanced")
 
@@ -179,7 +189,9 @@ class EventTimer:
         self.rounds_unheld = 0
         self._unheld_streak = 0
         self.launch_hold = False     # hold each launch on its own (see the module doc, rule 1)
-        self._launch_flags: list[bool] = []
+        self._launch_flags: list[tuple[str | None, bool | None]] = []
+        self.unspun: set[str] = set()   # slots that synchronize inside their launch: no spin before them
+        self._synced: dict[str, int] = {}
         self.calibration_note: str | None = None
         if not hold:
             self.method = "device events around each launch (no hold: an idle device adds launch latency)"
@@ -214,18 +226,19 @@ class EventTimer:
             self.cycles_per_us = cpu
         return self.cycles_per_us
 
-    def begin_round_observed(self) -> None:
+    def begin_round_observed(self, slot: str | None = None) -> None:
         """The hold for one launch under the profiler: no lead-in, whose memset kernel would show up in
         the profiled window as a kernel the slot did not launch (seen on the H200: FillFunctor)."""
-        self.begin_round(lead=False)
+        self.begin_round(lead=False, slot=slot)
 
-    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None) -> None:
+    def begin_round(self, lead: bool = True, load: Callable[[], Any] | None = None, slot: str | None = None) -> None:
+        """``slot``: a round of that one slot's launch (LaunchTimers); an unspun slot gets no hold."""
         self._hold_end = None
         if load is not None:
             # Queued first, so the device is busy with it while the host queues the hold and the
             # round; the hold then only has to cover the round's own queuing.
             load()
-        if self.hold:
+        if self.hold and not (slot is not None and self.launch_hold and slot in self.unspun):
             cpu = self.calibrate()
             self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * cpu))
             self._hold_end = self.dev.event()
@@ -235,10 +248,11 @@ class EventTimer:
                 lead_in()
         self._round_t0 = self.dev.host_us()
 
-    def measure(self, fn: Callable[[], Any]) -> Callable[[], float]:
+    def measure(self, fn: Callable[[], Any], slot: str | None = None) -> Callable[[], float]:
         start, end = self.dev.event(), self.dev.event()
         mark = None
-        if self.hold and self.launch_hold:
+        spin = self.hold and self.launch_hold and slot not in self.unspun
+        if spin:
             self.dev.spin(int(min(self.hold_us, HOLD_MAX_US) * self.calibrate()))
             mark = self.dev.event()
             mark.record()
@@ -248,7 +262,9 @@ class EventTimer:
         if mark is not None:
             # Still spinning once this launch is queued: it met no idle device. Ended: it waited for
             # the host inside itself (its own cost), or the spin was short (it grows below).
-            self._launch_flags.append(not bool(mark.query()))
+            self._launch_flags.append((slot, not bool(mark.query())))
+        elif self.hold and self.launch_hold:
+            self._launch_flags.append((slot, None))  # a known synchronizing slot: not held, by design
         return lambda: float(start.elapsed_time(end))
 
     def end_round(self) -> dict[str, Any]:
@@ -258,11 +274,18 @@ class EventTimer:
         extra: dict[str, Any] = {}
         if self.launch_hold and flags:
             # Judged per launch: a launch that ended its own spin synchronized inside itself (reported,
-            # its time is its own). When most launches of a round did, the spin is simply too short
-            # for one launch's queuing, and it grows.
-            if sum(1 for f in flags if not f) > len(flags) / 2:
+            # its time is its own); a slot seen doing so UNSPIN_AFTER times gets no spin from then on.
+            # When most of the other launches of a round ended theirs, the spin is simply too short for
+            # one launch's queuing, and it grows.
+            for slot, ok in flags:
+                if ok is False and slot is not None:
+                    self._synced[slot] = self._synced.get(slot, 0) + 1
+                    if self._synced[slot] >= self.UNSPIN_AFTER:
+                        self.unspun.add(slot)
+            judged = [ok for slot, ok in flags if ok is not None and slot not in self.unspun]
+            if judged and sum(1 for ok in judged if not ok) > len(judged) / 2:
                 self.hold_us = min(HOLD_MAX_US, 2 * self.hold_us)
-            held, extra = True, {"launch_held": flags}
+            held, extra = True, {"launch_held": [ok for _, ok in flags]}
         elif self._hold_end is not None:
             # Still spinning now that every launch is queued: no launch of this round met an idle device.
             held = not bool(self._hold_end.query())
@@ -292,6 +315,68 @@ class EventTimer:
 
     def sync(self) -> None:
         self.dev.synchronize()
+
+
+class LaunchTimers:
+    """Each launch a round of its own, behind its own hold: how a session's slot process times the launches
+    the parent asks for one at a time (slot_server.py; the parent runs :func:`interleave` over them).
+
+    One timer per slot (``make()`` builds it; calibrations are shared): a slot's hold, how long it has grown
+    and whether the slot synchronizes inside its launch are its own. A process serving several slots with one
+    timer let a reference that reads counts back on the host (an eager MoE loop) grow the hold before every
+    launch of every slot it served towards the 200 ms cap, and the host waited through each; here that slot
+    alone goes through the engine's steps (unheld launches, then held on its own, then, seen synchronizing
+    ``EventTimer.UNSPIN_AFTER`` times, no spin at all: ``unspun``), and the others keep their short holds."""
+
+    def __init__(self, make: Callable[[], Timer]) -> None:
+        self.make = make
+        self.timers: dict[str, Timer] = {}
+
+    @classmethod
+    def like(cls, proto: Timer) -> "LaunchTimers":
+        """Timers like ``proto`` (make_timer's): event timers share its device (one NVML handle, one lead-in
+        buffer) and its settings; any other timer is built again by its own class."""
+        if isinstance(proto, EventTimer):
+            return cls(lambda: EventTimer(device=proto.dev, hold=proto.hold, sustain_ms=proto.sustain_ms))
+        return cls(lambda: copy.copy(proto))
+
+    def timer(self, slot: str) -> Timer:
+        t = self.timers.get(slot)
+        if t is None:
+            known = next((o for o in self.timers.values() if getattr(o, "cycles_per_us", None)), None)
+            t = self.timers[slot] = self.make()
+            if known is not None and getattr(t, "cycles_per_us", 0) is None:
+                t.cycles_per_us, t.calibration_note = known.cycles_per_us, known.calibration_note  # type: ignore[attr-defined]
+        return t
+
+    def launch(self, slot: str, fn: Callable[[], Any], observe: ContextManager[Any] | None = None) -> tuple[float, dict[str, Any]]:
+        """One timed launch of ``slot`` (inside ``observe``, the profiler, when given): (ms, what the round's end
+        said, plus ``self_synced``, ``unspun``, ``launch_hold`` and ``hold_us`` of this slot's timer)."""
+        timer = self.timer(slot)
+        per_slot = getattr(timer, "takes_slot", False)
+        kw = {"slot": slot} if per_slot else {}
+        begin = getattr(timer, "begin_round", None)
+        end = getattr(timer, "end_round", None)
+        info: dict[str, Any] = {}
+        if observe is not None:
+            with observe:
+                if begin is not None:
+                    getattr(timer, "begin_round_observed", begin)(**kw)
+                read = timer.measure(fn, **kw)
+                if end is not None:
+                    info = end()
+        else:
+            if begin is not None:
+                begin(**kw)
+            read = timer.measure(fn, **kw)
+            info = end() if end is not None else {}
+            if end is None:
+                timer.sync()
+        ms = float(read())
+        flags = info.get("launch_held") or []
+        unspun = slot in (getattr(timer, "unspun", None) or ())
+        return ms, {**info, "self_synced": unspun or (bool(flags) and flags[0] is False), "unspun": unspun,
+                    "launch_hold": bool(getattr(timer, "launch_hold", False)), "hold_us": getattr(timer, "hold_us", None)}
 
 
 class WallTimer:
@@ -394,7 +479,8 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
                between: Callable[[], None] | None = None, max_seconds: float | None = None, *,
                observe: int = 0, observer: Callable[[str], ContextManager[Any]] | None = None,
                after_round: Callable[[dict[str, Any]], None] | None = None,
-               rng: random.Random | None = None) -> dict[str, Any]:
+               rng: random.Random | None = None, stop: Callable[..., bool] | None = None,
+               horizon: int | None = None) -> dict[str, Any]:
     """Time every slot once per round, positions balanced, each round held (see the module doc).
 
     ``slots`` maps a slot name to one launch callable per input set (every slot the same number);
@@ -411,6 +497,11 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     (``timer.end_round``) and their times read, so whatever it does (checksums, output checks, new
     input content) lies outside every measured interval. ``info``: ``set`` (index), ``kind``
     (warmup | timed | observed), ``index`` (timed/observed rounds, counted together), ``last``.
+
+    ``stop(raw, rounds, block, seconds)`` (confidence.StopRule), when given, is asked after every whole
+    block of timed rounds and ends the session early when it returns True (``rounds`` is then a cap);
+    ``horizon`` is the number of timed rounds the observed rounds are drawn over (the rule's minimum,
+    so a session that stops there has had all of them; default: every round).
 
     Returns ``samples`` (kept ms per slot: held, not throttled, not observed), ``raw`` (every timed
     sample with round, position, set and whether it was kept), ``round_info`` (per timed round: held,
@@ -434,6 +525,9 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
     begin_observed = getattr(timer, "begin_round_observed", begin)
     end = getattr(timer, "end_round", None)
 
+    span = (min(rounds, max(block, int(horizon))) if horizon else rounds) + max(0, observe)  # observed rounds drawn over it
+    timed = ((lambda fn, n: timer.measure(fn, slot=n)) if getattr(timer, "takes_slot", False)
+             else (lambda fn, n: timer.measure(fn)))
     sustain_ms = float(getattr(timer, "sustain_ms", 0.0) or 0.0)
     est = {"round_ms": None, "load_ms": 0.0}  # one round's device time (last timed round, else warm-up wall)
 
@@ -460,14 +554,14 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             if not measure:
                 fn()
             elif wrap is None:
-                pending.append((n, timer.measure(fn)))
+                pending.append((n, timed(fn, n)))
             else:
                 # Observed: each launch gets its own profiler session, whose start and stop synchronize
                 # the device; the launch is held on its own so the profiler's host cost stays outside it
                 # (observed and plain times then compare like for like, see the observer-effect check).
                 with wrap(n):
                     begin_observed()
-                    pending.append((n, timer.measure(fn)))
+                    pending.append((n, timed(fn, n)))
                     if end is not None:
                         end()
         if measure and end is not None and wrap is None:
@@ -478,32 +572,54 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
         return pending, info
 
     orders = balanced_orders(names, rng)
+    # Where the session's time goes (cost.py): warm-up, timed rounds, and the checks (after_round's
+    # work and the profiled rounds). The stop rule's seconds are the timer's own clock where it has
+    # one (a simulated device's), so its caps mean the same there.
+    spent = {"warmup": 0.0, "rounds": 0.0, "checks": 0.0}
+    user_after = after_round
+    if user_after is not None:
+        def after_round(info: dict[str, Any]) -> None:
+            a0 = time.perf_counter()
+            try:
+                user_after(info)
+            finally:
+                spent["checks"] += time.perf_counter() - a0
+    dev = getattr(timer, "dev", None)
+    now = (lambda: dev.host_us() / 1e6) if hasattr(dev, "host_us") else time.perf_counter  # noqa: E731
+    w_start = time.perf_counter()
     for w in range(warmup):
-        w0 = time.perf_counter()
+        w0 = now()
         one_round(names, None, False)  # ends in a synchronize: its wall time bounds one round's device time
-        est["round_ms"] = (time.perf_counter() - w0) * 1e3
+        est["round_ms"] = (now() - w0) * 1e3
         if after_round:
             after_round({"set": g % n_sets, "kind": "warmup", "index": w, "last": False})
         g += 1
     timer.sync()
+    spent["warmup"] = time.perf_counter() - w_start - spent["checks"]
+    checks_before = spent["checks"]
     raw: dict[str, dict[str, list]] = {n: {"ms": [], "round": [], "position": [], "set": [], "kept": []} for n in names}
     observed: dict[str, list[float]] = {n: [] for n in names}
     observed_pos: dict[str, list[int]] = {n: [] for n in names}
     round_info: dict[str, list] = {"held": [], "clock_mhz": [], "queue_us": [], "load_ms": []}
     self_sync: dict[str, int] = {}
     t0 = time.perf_counter()
+    d0 = now()
     done, seen = 0, []
     timed_index = 0
     force_next = False
+    stopped = False
     for i in range(total):
         need = to_observe - len(seen)
-        obs = need > 0 and (force_next or rng.random() * (total - i) < need)
+        obs = need > 0 and (force_next or rng.random() * max(1, span - i) < need)
         # Observed rounds take their order from the same stream but do not consume a block slot:
         # the timed rounds alone keep the Latin square whole.
         order = next(orders) if not obs else rng.sample(names, len(names))
         if obs and hasattr(observer, "round"):
             observer.round = i  # type: ignore[union-attr]
+        r0 = time.perf_counter()
         pending, info = one_round(order, observer if obs else None, True)
+        if obs:  # a profiled round is a check, not a sample
+            spent["checks"] += time.perf_counter() - r0
         if obs:
             for pos, (n, read) in enumerate(pending):
                 observed[n].append(read())
@@ -531,6 +647,10 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             done += 1
         over = (max_seconds is not None and time.perf_counter() - t0 > max_seconds and done >= 2 * block
                 and done % block == 0)
+        if not over and stop is not None and not obs and done % block == 0 and not stopped:
+            # A whole block is in: is the ratio known well enough (confidence.StopRule)?
+            stopped = bool(stop(raw, done, block, now() - d0))
+        over = over or stopped
         last = i == total - 1 or (over and (seen or not to_observe))
         if after_round:
             after_round({"set": g % n_sets, "kind": "observed" if obs else "timed", "index": i, "last": last})
@@ -539,6 +659,7 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             break
         if over:  # out of time, but no round was observed yet: observe the next one, then stop
             force_next = True
+    spent["rounds"] = max(0.0, time.perf_counter() - t0 - (spent["checks"] - checks_before))
     unheld = sum(1 for h in round_info["held"] if h is False)
     judged = sum(1 for h in round_info["held"] if h is not None)
     hold_ineffective = bool(judged) and unheld > judged / 2
@@ -556,7 +677,8 @@ def interleave(slots: dict[str, list[Callable[[], Any]]], timer: Timer, rounds: 
             "position_effect": position_effect(raw), "block": block,
             "held": bool(getattr(timer, "hold", False)), "hold_us": getattr(timer, "hold_us", None),
             "sustain_ms": sustain_ms, "launch_hold": bool(getattr(timer, "launch_hold", False)),
-            "self_syncing": self_sync}
+            "self_syncing": self_sync, "unspun": sorted(getattr(timer, "unspun", ()) or ()), "stopped_early": stopped,
+            "phase_s": {k: round(v, 4) for k, v in spent.items()}, "timed_device_s": round(now() - d0, 4)}
 
 
 def _drop_throttled(raw: dict[str, dict[str, list]], round_info: dict[str, list]) -> None:

@@ -76,16 +76,19 @@ def _label(kernel: str, config: dict[str, Any]) -> str:
 
 def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, int], device: str,
                   deadline_s: float, env: dict[str, str | None] | None = None,
-                  launches: int = PROBE_LAUNCHES) -> list[Probe]:
+                  launches: int = PROBE_LAUNCHES, launcher: Any = None) -> list[Probe]:
     """Probe each ``{"slot", "ref", "config"}`` in order; one :class:`Probe` per slot, in the same order.
 
     At most one child runs at a time; a child is replaced only when a slot hangs or kills it, so the
-    usual cost is one interpreter start for all slots."""
+    usual cost is one interpreter start for all slots. ``launcher``, when given, runs the probe on a
+    running process instead (a card's sandboxed accused server, sessions.CardSession.launcher): its
+    ``temp_dir()`` is the probe's folder (inside what that server may write) and ``launcher(folder)``
+    starts the probe and returns a handle polled and killed like the child."""
     results: dict[str, Probe] = {}
     todo = [dict(s) for s in slots]
     while todo:
         done = _probe_child(todo, problem=problem, shape=shape, device=device, deadline_s=deadline_s, env=env,
-                            launches=launches)
+                            launches=launches, launcher=launcher)
         for p in done:
             results[p.slot] = p
         todo = [s for s in todo if s["slot"] not in results]
@@ -93,9 +96,10 @@ def probe_kernels(slots: list[dict[str, Any]], *, problem: str, shape: dict[str,
 
 
 def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, int], device: str, deadline_s: float,
-                 env: dict[str, str | None] | None, launches: int) -> list[Probe]:
+                 env: dict[str, str | None] | None, launches: int, launcher: Any = None) -> list[Probe]:
     """One child for as many slots as it gets through; always returns at least one Probe (progress)."""
-    with lifeline.temp_dir("watchdog") as tmp:  # named for this process: its janitor removes it if the run is killed
+    # named for this process: its janitor removes it if the run is killed (a server's folder: with the server's)
+    with (launcher.temp_dir() if launcher is not None else lifeline.temp_dir("watchdog")) as tmp:
         d = Path(tmp)
         progress = d / "progress.jsonl"
         progress.touch()
@@ -106,10 +110,13 @@ def _probe_child(slots: list[dict[str, Any]], *, problem: str, shape: dict[str, 
         by_slot = {s["slot"]: s for s in slots}
         out, err = open(d / "stdout", "wb"), open(d / "stderr", "wb")
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "skillrun.execute.worker", str(d / "task.json"), str(d / "result.json")],
-                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env),
-                                    start_new_session=True)
-        except OSError as exc:
+            if launcher is not None:
+                proc = launcher(d)
+            else:
+                proc = subprocess.Popen([sys.executable, "-m", "skillrun.execute.worker", str(d / "task.json"),
+                                         str(d / "result.json")], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                        env=child_env(env), start_new_session=True)
+        except Exception as exc:  # noqa: BLE001 - a server that cannot start fails the probe like a child that cannot
             out.close()
             err.close()
             return [Probe(s["slot"], s["ref"], s.get("config") or {}, "error", f"cannot start the probe child: {exc}")
@@ -232,7 +239,8 @@ class LaunchClock:
         return None
 
 
-def admit(task: dict[str, Any], env: dict[str, str | None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def admit(task: dict[str, Any], env: dict[str, str | None] | None = None,
+          launcher: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """A session task -> (the task without the slots that hung, crashed or raised in their probe, the watchdog record).
 
     The record (``deadline_s``, ``probes`` per slot, ``dropped`` slot -> status and reason) goes into
@@ -240,7 +248,8 @@ def admit(task: dict[str, Any], env: dict[str, str | None] | None = None) -> tup
     wd = task.get("watchdog") or {}
     deadline = float(wd["deadline_s"])
     probes = probe_kernels(task["slots"], problem=task["problem"], shape=task["shape"], device=task["device"],
-                           deadline_s=deadline, env=env, launches=int(wd.get("launches", PROBE_LAUNCHES)))
+                           deadline_s=deadline, env=env, launches=int(wd.get("launches", PROBE_LAUNCHES)),
+                           launcher=launcher)
     dropped = {p.slot: {"status": p.status, "kernel": p.kernel, "config": p.config, "reason": p.reason}
                for p in probes if p.status != "ok"}
     record = {"deadline_s": deadline, "launches": int(wd.get("launches", PROBE_LAUNCHES)),

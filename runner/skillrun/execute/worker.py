@@ -33,6 +33,7 @@ import traceback
 from typing import Any
 
 from skillrun.execute import integrity, operands, parity
+from skillrun.execute.cost import TASK as COST, take_compiles
 from skillrun.execute.launch import (_aa_copy, _build, _describe, _fp32_oracle_precision, _jsonable,  # noqa: F401
                                      _run_once, _storage_bytes, _sync)
 
@@ -61,7 +62,10 @@ def candidate(task: dict) -> dict:
 
     device = task["device"]
     sync = _sync(device)
+    COST.mark("imports")
     problem = importlib.import_module(task["problem"])
+    mine = "reference_setup" if task["role"] in operands.REFERENCE_ROLES else "compile"
+    COST.mark(mine)
     result: dict[str, Any] = {"status": "ok", "role": task["role"], "ref": task["ref"]}
     # The shape is the runner's choice (on a CPU its proxy, chosen in the parent: proxy.py); nothing
     # this child imports can change it.
@@ -96,6 +100,7 @@ def candidate(task: dict) -> dict:
         except UnsupportedShape as exc:
             result.update(status="unsupported", parity={"passed": False, "supported": False, "error": f"unsupported shape: {exc}"})
             return result
+        COST.mark("checks" if mine == "compile" else mine)  # the port's later seeds: its parity gate
         meta = {"poison": marker, "wrote_into_out": res is out, "run_s": round(first_s, 4),
                 "after_digests": integrity.digests(inputs)}
         try:
@@ -327,7 +332,9 @@ def probe(task: dict) -> dict:
     and synced before the launch so that a slot that never returns is still named."""
     device = task["device"]
     sync = _sync(device)
+    COST.mark("imports")
     problem = importlib.import_module(task["problem"])
+    COST.mark("compile")  # each slot's build and first launches
     shape = dict(task["shape"])
     inputs = problem.make_inputs(shape, 0, device)
     acts = operands.activation_keys(problem, inputs)
@@ -367,6 +374,10 @@ def probe(task: dict) -> dict:
 
 
 def _judge(task: dict) -> dict:
+    COST.mark("imports")
+    import torch  # noqa: F401  (what the judge computes with; counted as imports, not as the check)
+
+    COST.mark("checks")
     from skillrun.execute import judge
 
     return judge.judge_task(task)
@@ -399,13 +410,28 @@ def confine(task: dict, task_path: str, parent: int | None, deathsig: bool) -> d
     return info
 
 
-def main(argv: list[str], parent: int | None = None, deathsig: bool = False) -> int:
-    """Run the task in ``argv[1]``, its result to ``argv[2]``; ``parent``: the process to die with."""
+def main(argv: list[str], parent: int | None = None, deathsig: bool = False, confined: dict | None = None) -> int:
+    """Run the task in ``argv[1]``, its result to ``argv[2]``; ``parent``: the process to die with.
+    ``confined``: this process entered the sandbox already (a card's server, serve.py: what it said then)."""
     task_path, result_path = argv[1], argv[2]
     task = json.loads(open(task_path).read())
+    COST.reset()
+    if isinstance(task.get("t_spawn"), (int, float)):  # a child of its own: the interpreter's start is this task's
+        COST.add("process_start", max(0.0, time.time() - float(task["t_spawn"])))
     try:
         try:
-            info = confine(task, task_path, parent, deathsig)
+            if confined is None:
+                COST.mark("process_start")  # entering the sandbox is part of starting the task's process
+                info = confine(task, task_path, parent, deathsig)
+                COST.mark(None)
+            else:
+                info = confined
+                # a card's server: kernels compiled ahead since it started (a carried folder topped up while the
+                # GPU measures) reach its Triton cache before this task (the accused's only: compile_seed.py)
+                from skillrun.io import compile_seed
+
+                if compile_seed.seed_folder() and os.environ.get("TRITON_CACHE_DIR"):
+                    compile_seed.seed(os.environ["TRITON_CACHE_DIR"])
         except Exception as exc:  # noqa: BLE001 - a sandbox that was required and did not hold: no task runs
             raise RuntimeError(f"sandbox: {type(exc).__name__}: {exc}") from None
         res = TASKS[task["kind"]](task)
@@ -414,6 +440,11 @@ def main(argv: list[str], parent: int | None = None, deathsig: bool = False) -> 
     except Exception as exc:  # reported as this row's error; the parent carries on
         res = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
                "traceback": traceback.format_exc()[-4000:]}
+    if isinstance(res, dict):
+        res["phases"] = COST.to_json()
+        compiles = take_compiles()
+        if compiles:
+            res["compile_cache"] = compiles
     tmp = result_path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(_jsonable(res), fh, allow_nan=True)

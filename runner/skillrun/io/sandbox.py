@@ -67,6 +67,7 @@ _ENV_NAMES = frozenset({
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "XDG_CACHE_HOME", "COMPILE_ONLY",
     "SKILLRUN_PARENT_PID", "SKILLRUN_PDEATHSIG", "SKILLRUN_SUSTAIN_MS", "SKILLRUN_GIT_REVISION", "SKILLRUN_CACHE",
     "SKILLRUN_DEBUG", "SKILLRUN_KB", "SKILLRUN_ISA_DIR", "SKILLRUN_LANE_PID", "SKILLRUN_TEST_TAG",
+    "SKILLRUN_COMPILE_SEED", "SKILLRUN_SERVER_CANARY",
 })
 _ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "AMD_", "GPU_", "TRITON_", "TORCH_",
                  "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "FLYDSL_", "CUBLAS_", "CUDNN_", "NCCL_")
@@ -279,7 +280,7 @@ def _readable() -> list[str]:
 
 
 def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: str = "require", *,
-          parent: int | None = None, deathsig: bool = False) -> dict[str, Any]:
+          parent: int | None = None, deathsig: bool = False, triton_cache: str | None = None) -> dict[str, Any]:
     """Confine this process (a task child, before it imports any kernel module); returns what held.
 
     ``mode``: ``require`` raises SandboxError unless namespaces and Landlock both hold; ``auto``
@@ -288,7 +289,9 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
     the two processes above it wait, pass its exit status on and never return. ``parent`` (and
     ``deathsig``, see :mod:`skillrun.io.lifeline`) is the process this one must die with; with
     namespaces the process that stays outside carries that watch (``info["lifeline"]``), and the
-    task is tied to it through the init.
+    task is tied to it through the init. ``triton_cache``: Triton's cache is that folder (writable) instead of the
+    role's (compile_ahead.py's jobs, which write the carried folder). The accused role's cache takes what it lacks
+    from a carried folder compiled ahead (skillrun.io.compile_seed, ``SKILLRUN_COMPILE_SEED``), read-only inside.
     """
     kept = scrub_env(dict(os.environ))  # (the harness scrubbed it before starting us: defence in depth)
     os.environ.clear()
@@ -305,6 +308,16 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
     for k, sub in (("TRITON_CACHE_DIR", "triton"), ("CUDA_CACHE_PATH", "nv"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
         (cache / sub).mkdir(exist_ok=True)
         os.environ[k] = str(cache / sub)
+    from skillrun.io import compile_seed
+
+    seed = compile_seed.seed_folder() if role == "accused" else None
+    if triton_cache:
+        os.environ["TRITON_CACHE_DIR"] = os.path.realpath(triton_cache)
+        own.append(os.environ["TRITON_CACHE_DIR"])
+    elif seed:
+        info["compile_seed"] = compile_seed.seed(cache / "triton", seed)  # entries copied into the role's own cache
+    if role != "accused":
+        os.environ.pop(compile_seed.SEED_ENV, None)  # the ports' kernels are the accused's: no other role reads them
     os.environ["XDG_CACHE_HOME"] = str(cache)
     if own:
         os.environ["TMPDIR"] = own[0]
@@ -319,7 +332,8 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
     if sup["landlock_abi"]:
         devices = [d for d in ("/dev",) if os.path.isdir(d)]
         shm = "/dev/shm" if info.get("private_proc") and os.path.isdir("/dev/shm") else None
-        _landlock(libc, sup["landlock_abi"], _readable(), own + [str(cache)] + ([shm] if shm else []), devices)
+        readable = _readable() + ([os.path.realpath(seed)] if seed and not triton_cache else [])
+        _landlock(libc, sup["landlock_abi"], readable, own + [str(cache)] + ([shm] if shm else []), devices)
         info["landlock_abi"] = sup["landlock_abi"]
     if info["pid_namespace"]:
         info["capabilities_dropped"] = _drop_capabilities(libc)

@@ -118,3 +118,39 @@ def lint_tolerance(path: str, tolerance: dict[str, Any], problem_module: str, re
             e.reason = f"{'; '.join(above)} above this family's ceiling (from {problem_module}, default: the dense GEMM's): {e.reason}"
             errors.append(e)
     return errors
+
+
+def bounded(card_tolerance: dict[str, Any], requested: Any, problem_module: str) -> tuple[dict[str, float], list[str]]:
+    """The judge's tolerance for a run: the card's (lint-checked against its family) over the engine's defaults,
+    which a requested tolerance (a plan item's: a ``--plan`` file is untrusted input too) may only tighten; every
+    value kept within the family's limits. Returns (tolerance, what was refused)."""
+    base = dict(_JUDGE_DEFAULT)
+    for k, v in (card_tolerance or {}).items():
+        if not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v):
+            base[k] = float(v)
+    limits = family_limits(problem_module)
+    ceiling = family_ceiling(problem_module)
+    refused: list[str] = []
+    out = dict(base)
+    for k, v in (requested or {}).items() if isinstance(requested, dict) else ():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            refused.append(f"{k}={v!r} (not a finite number)")
+            continue
+        bound = base.get(k, ceiling.get(k))
+        if bound is None:
+            refused.append(f"{k} (not a tolerance the judge knows)")
+            continue
+        if _looser(k, float(v), bound):
+            refused.append(f"{k} {float(v):g} (the card allows {bound:g})")
+            out[k] = bound
+        else:
+            out[k] = float(v)
+    for k, lim in limits.items():  # the card passed lint; this holds whatever reached here
+        if k in out and _looser(k, out[k], lim):
+            refused.append(f"{k} {out[k]:g} (the family allows {lim:g})")
+            out[k] = lim
+    return out, refused
+
+
+# What the judge uses for a key the card leaves out (execute/parity.DEFAULT_TOLERANCE).
+_JUDGE_DEFAULT: dict[str, float] = {"rtol": 1e-2, "atol": 1e-2, "min_cosine": 0.999}
