@@ -294,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emit-bench-configs", type=Path, metavar="JSON",
                     help="only write {MxNxK: config} of the recipes the runner selects for the block-scale targets "
                          "(for bench_fp8_blockscale_sm90.py --configs), then exit")
+    ap.add_argument("--emit-configs", type=Path, metavar="JSON",
+                    help="only write [{card, shape, recipe, kernel, config}] of the recipe the runner selects for each "
+                         "target (compare_runner_bench.py --runner-configs: which bench variant is the runner's kernel), then exit")
     ap.add_argument("--kb", help="knowledge base (default: the checkout's)")
     ap.add_argument("--backend", help="cuda (default: the device present) or cpu (tests)")
     ap.add_argument("--timer", help="timer spec for the session (tests: wall)")
@@ -310,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         cfgs = {f"{sd['M']}x{sd['N']}x{sd['K']}": item.config for _, _, sd, item in plan_items(index, blockscale)}
         a.emit_bench_configs.write_text(json.dumps(cfgs, indent=1))
         print(json.dumps(cfgs))
+        return 0
+    if a.emit_configs:
+        picked = [{"card": card, "shape": shape, "recipe": item.recipe, "kernel": item.kernel_ref, "config": item.config}
+                  for card, shape, _, item in plan_items(index, targets(a.targets))]
+        a.emit_configs.write_text(json.dumps(picked, indent=1, default=str))
+        print(json.dumps(picked, default=str))
         return 0
     t0 = time.time()
     rows, todo = [], targets(a.targets, a.recipes_first, index.root)
