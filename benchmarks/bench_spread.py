@@ -2,8 +2,8 @@
 
     python3 benchmarks/bench_spread.py --defaults          # card:shape words: the runner's --first shapes
     python3 benchmarks/bench_spread.py --validate $OUT/validate.json --json $WORK/spread.json
-        # one bench invocation a line: `<family> <bench arguments>` (and `targets <card:shape ...>` for the
-        # block-scale configs the runner selected)
+        # `targets <card:shape ...>` (every shape picked: the runner's configs for them), then one bench
+        # invocation a line: `<family> <bench arguments>`
 
 A bench result is only comparable with a runner row of the same shape from the same call, so the shapes
 come from the runner's rows (validate.json) when it measured them: per family the default spread first
@@ -32,8 +32,9 @@ KEYS = {"blockscale": ("M", "N", "K"), "rowwise_batched": ("batch", "M", "N", "K
 LARGE = ["4096,65536,1536", "4096,2048,7168", "16384,1536,7168", "16384,7168,768", "8192,8192,8192"]
 DEFAULT = {
     "blockscale": LARGE,
-    # one per (N, K) class of the row-wise card, both >= 50 us on the H200 (mid_m and wide_n_large_m)
-    "rowwise_batched": ["batch=16,M=128,N=1280,K=8192", "batch=16,M=1024,N=8192,K=1024"],
+    # mid_m and large_m_1024: both >= 50 us on the H200, and one N so that one bench process times both
+    # (the bench's --m/--n filter takes their cross product)
+    "rowwise_batched": ["batch=16,M=128,N=1280,K=8192", "batch=16,M=1024,N=1280,K=8192"],
     # the decode and prefill recipes of one expert layout and group, so one bench process times both
     "moe_a16wi4": ["tokens=16,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32",
                    "tokens=1024,model_dim=7168,inter_dim=2048,experts=64,topk=8,group_size=32"],
@@ -104,10 +105,9 @@ def pick(rows: list[dict], family: str, n: int | None = None) -> list[dict]:
 def invocations(spread: dict[str, list[dict]]) -> list[list[str]]:
     """The bench command lines (family first) that time exactly these shapes, one process per group the
     bench's arguments can express without timing extra shapes."""
-    lines: list[list[str]] = []
+    lines: list[list[str]] = [["targets", *(f"{CARDS[fam]}:{p['shape']}" for fam, ps in spread.items() for p in ps)]]
     bs = [parse_shape(p["shape"], "blockscale") for p in spread.get("blockscale", [])]
     if bs:
-        lines.append(["targets", *(f"{CARDS['blockscale']}:{shape_text(d, 'blockscale')}" for d in bs)])
         lines.append(["blockscale", "--shapes", ",".join(f"{d['M']}x{d['N']}x{d['K']}" for d in bs)])
     by_n: dict[int, list[int]] = {}
     for p in spread.get("rowwise_batched", []):

@@ -308,17 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     from skillrun.execute.cost import summary as cost_summary
 
     index = api.load_index(a.kb)
-    if a.emit_bench_configs:
-        blockscale = [t for t in targets(a.targets) if t[0] == "triton_fp8_blockscale_gemm_sm90"]
-        cfgs = {f"{sd['M']}x{sd['N']}x{sd['K']}": item.config for _, _, sd, item in plan_items(index, blockscale)}
-        a.emit_bench_configs.write_text(json.dumps(cfgs, indent=1))
-        print(json.dumps(cfgs))
-        return 0
     if a.emit_configs:
         picked = [{"card": card, "shape": shape, "recipe": item.recipe, "kernel": item.kernel_ref, "config": item.config}
                   for card, shape, _, item in plan_items(index, targets(a.targets))]
         a.emit_configs.write_text(json.dumps(picked, indent=1, default=str))
         print(json.dumps(picked, default=str))
+        if not a.emit_bench_configs:
+            return 0
+    if a.emit_bench_configs:
+        blockscale = [t for t in targets(a.targets) if t[0] == "triton_fp8_blockscale_gemm_sm90"]
+        cfgs = {f"{sd['M']}x{sd['N']}x{sd['K']}": item.config for _, _, sd, item in plan_items(index, blockscale)}
+        a.emit_bench_configs.write_text(json.dumps(cfgs, indent=1))
+        print(json.dumps(cfgs))
         return 0
     t0 = time.time()
     rows, todo = [], targets(a.targets, a.recipes_first, index.root)
