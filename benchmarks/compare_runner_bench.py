@@ -145,7 +145,9 @@ def compare(rows: list[dict], bench: dict[tuple[str, str], dict],
         card = r.get("card")
         fam = FAMILY_OF.get(card, card)
         d = parse_shape(r.get("shape"), fam) if fam in KEYS else None
-        key = (fam, shape_text(d, fam) if d is not None else str(r.get("shape")))
+        raw = r.get("shape")
+        text = ",".join(f"{k}={v}" for k, v in raw.items()) if isinstance(raw, dict) else str(raw)  # a card no bench covers
+        key = (fam, shape_text(d, fam) if d is not None else text)
         (runner if measured(r) else not_measured)[key] = r
     out: list[dict] = []
     for key, r in runner.items():
