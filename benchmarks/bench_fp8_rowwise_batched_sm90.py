@@ -307,6 +307,25 @@ def print_ablation(rows: list[dict]) -> None:
                   f"max_abs {par.get('max_abs', float('nan')):.3f} precise_acc={cfg.get('precise_acc', '?')} {row.get('error', '')}")
 
 
+def runner_configs(path: Path) -> dict[str, tuple[str, dict]]:
+    """{"M,N,K": ("port" | "splitk", config)} from validate_recipes.py --emit-configs, for this card's shapes
+    whose recipe runs one of this bench's two port kernels."""
+    import json
+
+    out = {}
+    for e in json.loads(Path(path).read_text()):
+        if e.get("card") != "triton_fp8_rowwise_batched_gemm_sm90":
+            continue
+        d = dict(p.split("=", 1) for p in str(e["shape"]).split(","))
+        key = f"{d['M']},{d['N']},{d['K']}"
+        kernel = str(e.get("kernel") or "")
+        if kernel.endswith("fp8_rowwise_batched_gemm.triton_sm90:build"):
+            out[key] = ("port", dict(e["config"]))
+        elif kernel.endswith("fp8_rowwise_batched_gemm.triton_sm90_splitk:build"):
+            out[key] = ("splitk", dict(e["config"]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="time every candidate config per shape and use the best")
@@ -321,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acc-ablation", action="store_true",
                     help="also time the port with precise accumulation off / every 128 of K (same session)")
     ap.add_argument("--n", type=int, nargs="*", default=None, help="only these N")
+    ap.add_argument("--configs", type=Path, default=None,
+                    help="validate_recipes.py --emit-configs JSON: the runner's selected config for each shape, timed as "
+                         "the port (or port_splitk, where the recipe's kernel is the split-K one) instead of this bench's pick")
     ap.add_argument("--splitk-sweep", action="store_true",
                     help="sweep the split-K variant's declared space at M <= 128 and table its best (else 3 split factors)")
     args = ap.parse_args(argv)
@@ -363,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sweep M={shape['M']:>5} N={shape['N']:>5} K={shape['K']:>5}: " +
                   ", ".join(f"{k} {ms * 1000:.1f}us" for ms, k in tops), flush=True)
             tm.save_json(args.out, result)
+    if args.configs:  # after any sweep: the runner's pick is what a comparison with the runner must time
+        for key, (which, cfg) in runner_configs(args.configs).items():
+            (chosen_splitk if which == "splitk" else chosen)[key] = cfg
     rows = []
     for shape in shapes:
         if time.perf_counter() - t0 > args.budget_s:

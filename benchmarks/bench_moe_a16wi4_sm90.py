@@ -311,6 +311,23 @@ def print_table(rows: list[dict]) -> None:
               f"{aa_txt:>5} | {err(p):>8} {err(dq):>7} {err(bf):>8}")
 
 
+SHAPE_ORDER = ("tokens", "model_dim", "inter_dim", "experts", "topk", "group_size")
+
+
+def runner_configs(path: Path) -> dict[tuple, dict]:
+    """{shape tuple: config} from validate_recipes.py --emit-configs, for this card's shapes whose recipe
+    runs this bench's port kernel (the runner's pick, levers included, e.g. int4_cvt magic at decode)."""
+    import json
+
+    out = {}
+    for e in json.loads(Path(path).read_text()):
+        if e.get("card") != "triton_moe_a16wi4_sm90" or not str(e.get("kernel") or "").endswith("moe_a16wi4.triton_sm90:build"):
+            continue
+        d = dict(p.split("=", 1) for p in str(e["shape"]).split(","))
+        out[tuple(int(d[k]) for k in SHAPE_ORDER)] = dict(e["config"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     global DEV
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -325,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop-max-tokens", type=int, default=256, help="time the per-expert loop only up to this many tokens")
     ap.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--configs", type=Path, default=None,
+                    help="validate_recipes.py --emit-configs JSON: the runner's selected config for each shape, timed as the "
+                         "port instead of this bench's pick (the lever rows then vary the runner's config)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="plumbing check on the CPU with tiny shapes (run with TRITON_INTERPRET=1); numbers mean nothing")
     args = ap.parse_args(argv)
@@ -372,12 +392,13 @@ def main(argv: list[str] | None = None) -> int:
                   "; ".join(f"bm{b}: {v['stage1']} + {v['stage2']} = {v['sum_ms'] * 1000:.1f}us" for b, v in pb.items()) +
                   f" | e2e rel err {sw['best_parity']['rel_fro']:.1e}", flush=True)
             tm.save_json(args.out, result)
+    picked = runner_configs(args.configs) if args.configs else {}
     rows = []
     for shape in shapes:
         if time.perf_counter() - t0 > args.budget_s:
             print("budget reached; table stopped", flush=True)
             break
-        cfg = nearest_config(chosen, shape) or card_tiles(shape)
+        cfg = picked.get(tuple(shape[k] for k in SHAPE_ORDER)) or nearest_config(chosen, shape) or card_tiles(shape)
         try:
             rows.append(table_shape(shape, cfg, flush, args.reps, with_loop=shape["tokens"] <= args.loop_max_tokens,
                                     copy_tbps=copy_tbps))

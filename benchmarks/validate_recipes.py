@@ -27,6 +27,11 @@ is worth re-measuring, a 2x win is not.
 cost) and every call (its budget, what ran, its device seconds by phase); it is rewritten after each
 shape, and the same command in a later call resumes it: done shapes are skipped, the rest run in
 value order. Prints one line per shape and the call's summary; --out gets the rows (as before).
+
+**First.** ``--first CARD:SHAPE`` (repeatable) runs that shape before the value order, re-measured in
+this call even when the manifest has it done: a bench run beside the runner in the same device call
+(benchmarks/device_issue39.sh) compares against what the runner measured on this machine, not an
+earlier call's number. The budget still applies to it.
 """
 from __future__ import annotations
 
@@ -190,6 +195,13 @@ class Manifest:
         todo = [t for t in self.data["targets"] if (t["card"], t["shape"]) in wanted and t.get("status") != "done"]
         return sorted(todo, key=lambda t: -float(t.get("value") or 0.0))
 
+    def reopen(self, keys: list[tuple[str, str]]) -> None:
+        """Mark these targets pending again (``--first``: re-measured in this call whatever an earlier one did)."""
+        want = set(keys)
+        for t in self.data["targets"]:
+            if (t["card"], t["shape"]) in want and t.get("status") == "done":
+                t.update(status="pending", reopened="--first")
+
     def seconds_of(self, card: str) -> list[float]:
         return [float(t["seconds"]) for t in self.data["targets"] if t["card"] == card and t.get("status") == "done"
                 and isinstance(t.get("seconds"), (int, float)) and not t.get("first_of_call")]
@@ -274,11 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-current", action="store_true",
                     help="skip shapes whose current artifact on this device class was timed by the sustained engine "
                          "(re-run the same command in later device calls until every shape is covered)")
+    ap.add_argument("--first", action="append", default=[], metavar="CARD:SHAPE",
+                    help="run this shape before the value order, re-measured even when the manifest has it done "
+                         "(the shapes a bench beside the runner compares; repeatable)")
     ap.add_argument("--recipes-first", action="store_true",
                     help="one shape of each recipe of a card before its other shapes, as the base order the value order sorts")
     ap.add_argument("--emit-bench-configs", type=Path, metavar="JSON",
                     help="only write {MxNxK: config} of the recipes the runner selects for the block-scale targets "
                          "(for bench_fp8_blockscale_sm90.py --configs), then exit")
+    ap.add_argument("--emit-configs", type=Path, metavar="JSON",
+                    help="only write [{card, shape, recipe, kernel, config}] of the recipe the runner selects for each "
+                         "target (compare_runner_bench.py --runner-configs: which bench variant is the runner's kernel), then exit")
     ap.add_argument("--kb", help="knowledge base (default: the checkout's)")
     ap.add_argument("--backend", help="cuda (default: the device present) or cpu (tests)")
     ap.add_argument("--timer", help="timer spec for the session (tests: wall)")
@@ -290,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     from skillrun.execute.cost import summary as cost_summary
 
     index = api.load_index(a.kb)
+    if a.emit_configs:
+        picked = [{"card": card, "shape": shape, "recipe": item.recipe, "kernel": item.kernel_ref, "config": item.config}
+                  for card, shape, _, item in plan_items(index, targets(a.targets))]
+        a.emit_configs.write_text(json.dumps(picked, indent=1, default=str))
+        print(json.dumps(picked, default=str))
+        if not a.emit_bench_configs:
+            return 0
     if a.emit_bench_configs:
         blockscale = [t for t in targets(a.targets) if t[0] == "triton_fp8_blockscale_gemm_sm90"]
         cfgs = {f"{sd['M']}x{sd['N']}x{sd['K']}": item.config for _, _, sd, item in plan_items(index, blockscale)}
@@ -298,12 +323,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.time()
     rows, todo = [], targets(a.targets, a.recipes_first, index.root)
+    first = targets(a.first)
     if a.skip_current:
-        todo, done = pending(index, todo)
+        todo, done = pending(index, [t for t in todo if t not in first])
         rows += done
         print(f"skip-current: {len(done)} shape(s) already measured by the sustained engine, {len(todo)} to run", flush=True)
+    todo += [t for t in first if t not in todo]
     manifest = Manifest(a.manifest)
+    manifest.reopen(first)
     queue = manifest.merge(valued(index, todo, a.profile, _device_name()))
+    # the --first shapes lead, in the order given (a card's shapes together share its processes' start)
+    rank = {t: i for i, t in enumerate(first)}
+    queue.sort(key=lambda t: rank.get((t["card"], t["shape"]), len(rank)))
     call = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "budget_s": a.budget, "ran": [], "not_run": []}
     manifest.data["calls"].append(call)
     manifest.save()

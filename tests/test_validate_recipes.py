@@ -155,3 +155,22 @@ def test_the_device_script_for_every_sm90_shape_parses_and_names_what_exists():
     # the README gives this exact command for the H200 (issue 35)
     readme = (ROOT / "README.md").read_text()
     assert "BUDGET_S=540 OUT=$OUT bash benchmarks/device_measure_all_sm90.sh" in readme
+
+
+def test_first_shapes_lead_and_are_re_measured_even_when_the_manifest_has_them_done(vr, kb, tmp_path, monkeypatch):
+    clock, ran = _fake(monkeypatch, vr, {"vr_a": (10.0, 2.0), "vr_b": (10.0, 2.0)})
+    man = tmp_path / "manifest.json"
+    args = [*SHAPES_A, *SHAPES_B, "--kb", str(kb), "--backend", "cpu", "--manifest", str(man), "--budget", "300"]
+    assert vr.main(args) == 0
+    assert len(ran) == 6
+    # a second call with --first: the bench beside it compares against this call's numbers, so the shape
+    # runs again (and first) although the manifest has it done; nothing else is left to run
+    ran.clear()
+    assert vr.main([*args, "--first", SHAPES_B[1], "--first", SHAPES_A[2]]) == 0
+    assert ran == [("vr_b", "32,32,64"), ("vr_a", "48,32,64")]
+    m = json.loads(man.read_text())
+    assert all(t["status"] == "done" for t in m["targets"])
+    # in a fresh call the --first shapes lead the value order, and one not among the targets is added
+    ran.clear()
+    assert vr.main([SHAPES_A[0], SHAPES_A[1], "--first", SHAPES_B[0], "--kb", str(kb), "--backend", "cpu", "--budget", "300"]) == 0
+    assert ran[0] == ("vr_b", "16,32,64") and sorted(ran[1:]) == [("vr_a", "16,32,64"), ("vr_a", "32,32,64")]
