@@ -4,7 +4,7 @@
 # shape, and the GPU tests. The exact device-tool call (carry the runner's wheels, .ci/device-env.sh, and
 # the compile cache seeded on a CPU as benchmarks/device_measure_all_sm90.sh says):
 #   run(kind="nvidia-h200", timeout_s=600, carry=[".whl", ".cache/compile"],
-#       command="SKILLRUN_GIT_REVISION=$(git rev-parse --short HEAD) STAGES='runner bench compare gpu_tests' BUDGET_S=570 bash benchmarks/device_issue39.sh")
+#       command="SKILLRUN_GIT_REVISION=$(git rev-parse --short HEAD) STAGES='sandbox runner bench compare gpu_tests' BUDGET_S=570 bash benchmarks/device_issue39.sh")
 # Stages, in the order STAGES names them; each is bounded by `timeout`, by its own limit and by what is left
 # of BUDGET_S less what the stages after it are allotted (so a long runner never eats the benches' time):
 #   runner     benchmarks/device_measure_all_sm90.sh (validate_recipes.py --budget, one session per card, the
@@ -38,11 +38,12 @@ DRY=${DRY:-0}
 [ "$DRY" = 1 ] || source .ci/device-env.sh
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-STAGES=${STAGES:-"runner bench compare gpu_tests"}
+STAGES=${STAGES:-"sandbox runner bench compare gpu_tests"}
 BUDGET_S=${BUDGET_S:-570}
 # 270 + 180 + 15 + 80 + 15 (packing) = 560 of the 570: the runner's 240 s inside its stage hold the nine
 # spread shapes at validate_recipes' default estimates (45 s a card's first shape, 15 s a warm one: 225 s)
-RUNNER_S=${RUNNER_S:-270}
+SANDBOX_S=${SANDBOX_S:-30}
+RUNNER_S=${RUNNER_S:-250}
 BENCH_S=${BENCH_S:-180}
 COMPARE_S=${COMPARE_S:-15}
 GPU_TESTS_S=${GPU_TESTS_S:-80}
@@ -60,7 +61,7 @@ reserve_after() {
   local after=0 sum=0 s
   for s in $STAGES; do
     if [ "$after" = 1 ]; then
-      case $s in runner) sum=$((sum + RUNNER_S)) ;; bench) sum=$((sum + BENCH_S)) ;;
+      case $s in sandbox) sum=$((sum + SANDBOX_S)) ;; runner) sum=$((sum + RUNNER_S)) ;; bench) sum=$((sum + BENCH_S)) ;;
         compare) sum=$((sum + COMPARE_S)) ;; gpu_tests) sum=$((sum + GPU_TESTS_S)) ;; esac
     fi
     [ "$s" = "$1" ] && after=1
@@ -102,6 +103,10 @@ CONFIGS="$WORK/runner_configs.json"
 BENCH_FILES=()
 for stage in $STAGES; do
   case $stage in
+  sandbox)
+    # Which pieces of the sandbox this machine's CUDA stack survives (each candidate in its own child, all at
+    # once): the runner's harness makes the same probe and leaves out what it must; this logs every answer.
+    run "$SANDBOX_S" $PY -c "import json; from skillrun.io import sandbox; print(json.dumps({'support': sandbox.support(), **sandbox.gpu_fit('cuda')}, indent=1))" ;;
   runner)
     FIRST=${FIRST-$($PY benchmarks/bench_spread.py --defaults)}
     lim=$(stage_limit runner "$RUNNER_S")

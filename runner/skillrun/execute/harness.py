@@ -168,6 +168,15 @@ class _Ctx:
         cannot enter the sandbox fails its row instead of running the port unconfined."""
         from skillrun.io import sandbox
 
+        if self.be.gpu and self.opts.sandbox == "auto" and sandbox.support()["level"] != "none":
+            # The device must work inside: where the machine's GPU stack does not survive a piece of the sandbox
+            # (cudaErrorOperatingSystem on the first H200 run), leave out the fewest pieces that make it work, tell
+            # the children, and let every artifact say so (sandbox.record). Probed once per process.
+            fit = sandbox.gpu_fit("cuda")
+            if fit["without"]:
+                os.environ[sandbox.WITHOUT_ENV] = ",".join(fit["without"])
+                return "auto"
+            os.environ.pop(sandbox.WITHOUT_ENV, None)
         if self.opts.sandbox == "auto" and sandbox.support()["level"] == "full":
             return "require"
         return self.opts.sandbox
@@ -373,7 +382,7 @@ def _base_record(ctx: _Ctx) -> dict[str, Any]:
     from skillrun.io import sandbox
 
     if rec["mode"] != "compile_only":
-        rec["sandbox"] = sandbox.record(opts.sandbox)
+        rec["sandbox"] = sandbox.record(opts.sandbox, gpu=be.gpu)
     if rec["dtype"] is None:
         del rec["dtype"]
     identity, problem = source_identity(kernel)

@@ -67,10 +67,25 @@ _ENV_NAMES = frozenset({
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "XDG_CACHE_HOME", "COMPILE_ONLY",
     "SKILLRUN_PARENT_PID", "SKILLRUN_PDEATHSIG", "SKILLRUN_SUSTAIN_MS", "SKILLRUN_GIT_REVISION", "SKILLRUN_CACHE",
     "SKILLRUN_DEBUG", "SKILLRUN_KB", "SKILLRUN_ISA_DIR", "SKILLRUN_LANE_PID", "SKILLRUN_TEST_TAG",
-    "SKILLRUN_COMPILE_SEED", "SKILLRUN_SERVER_CANARY",
+    "SKILLRUN_COMPILE_SEED", "SKILLRUN_SERVER_CANARY", "SKILLRUN_SANDBOX_WITHOUT",
 })
 _ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "AMD_", "GPU_", "TRITON_", "TORCH_",
                  "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "FLYDSL_", "CUBLAS_", "CUDNN_", "NCCL_")
+
+
+# The pieces a machine's GPU stack may not survive, which :func:`gpu_fit` leaves out (the first H200 run
+# inside the full sandbox failed every CUDA call with cudaErrorOperatingSystem). The harness finds the
+# strongest combination under which the device initialises, tells its children through WITHOUT_ENV, and
+# the artifact says what was left out and why.
+PIECES = ("private_mounts", "ipc", "landlock", "namespaces")
+WITHOUT_ENV = "SKILLRUN_SANDBOX_WITHOUT"
+CANDIDATES: tuple[tuple[str, ...], ...] = ((), ("private_mounts",), ("ipc",), ("private_mounts", "ipc"), ("landlock",),
+                                           ("namespaces",), ("namespaces", "landlock"))
+
+
+def without_from_env() -> frozenset[str]:
+    """The pieces the harness told this child to leave out (unknown names ignored)."""
+    return frozenset(p for p in os.environ.get(WITHOUT_ENV, "").split(",") if p in PIECES)
 
 
 class SandboxError(RuntimeError):
@@ -230,14 +245,26 @@ def describe(sup: dict[str, Any] | None = None) -> str:
     return ", ".join(parts)
 
 
-def record(mode: str, sup: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the artifact says about the confinement of the run's untrusted processes."""
+def record(mode: str, sup: dict[str, Any] | None = None, gpu: bool = False) -> dict[str, Any]:
+    """What the artifact says about the confinement of the run's untrusted processes (``gpu``: on a device,
+    what :func:`gpu_fit` left out, which is what the harness told the children)."""
     s = sup or support()
     if mode == "off":
         return {"level": "none", "unsandboxed": "the sandbox was turned off for this run (sandbox=off)",
                 "env_scrubbed": True}
     out: dict[str, Any] = {"level": s["level"], "mechanism": describe(s), "env_scrubbed": True,
                            "pid_namespace": s["namespaces"] is None, "landlock_abi": s["landlock_abi"]}
+    left = sorted(gpu_fit()["without"]) if gpu and mode == "auto" and s["level"] != "none" else []
+    if left and s["level"] != "none":
+        fit = _GPU_FIT or {}
+        why = next((t.get("error") for t in fit.get("tried", []) if not t.get("ok")), None)
+        out.update({"level": "partial", "left_out": left,
+                    "pid_namespace": s["namespaces"] is None and "namespaces" not in left,
+                    "landlock_abi": 0 if "landlock" in left else s["landlock_abi"],
+                    "unsandboxed": ("partly: the device does not initialise inside the full sandbox on this machine, so "
+                                    f"{', '.join(left)} {'was' if len(left) == 1 else 'were'} left out"
+                                    + (f" (inside it: {str(why)[:300]})" if why else ""))})
+        return out
     if s["level"] == "none":
         out["unsandboxed"] = ("this machine offers neither user namespaces nor Landlock: the port's process can "
                               "write the knowledge base, read other processes and outlive the run")
@@ -280,7 +307,8 @@ def _readable() -> list[str]:
 
 
 def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: str = "require", *,
-          parent: int | None = None, deathsig: bool = False, triton_cache: str | None = None) -> dict[str, Any]:
+          parent: int | None = None, deathsig: bool = False, triton_cache: str | None = None,
+          without: Iterable[str] | None = None) -> dict[str, Any]:
     """Confine this process (a task child, before it imports any kernel module); returns what held.
 
     ``mode``: ``require`` raises SandboxError unless namespaces and Landlock both hold; ``auto``
@@ -292,7 +320,10 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
     task is tied to it through the init. ``triton_cache``: Triton's cache is that folder (writable) instead of the
     role's (compile_ahead.py's jobs, which write the carried folder). The accused role's cache takes what it lacks
     from a carried folder compiled ahead (skillrun.io.compile_seed, ``SKILLRUN_COMPILE_SEED``), read-only inside.
+    ``without``: pieces (:data:`PIECES`) to leave out, by default those the harness named in WITHOUT_ENV
+    after :func:`gpu_fit` found the device does not initialise with them; ``info["left_out"]`` says which.
     """
+    skip = frozenset(without) if without is not None else without_from_env()
     kept = scrub_env(dict(os.environ))  # (the harness scrubbed it before starting us: defence in depth)
     os.environ.clear()
     os.environ.update(kept)
@@ -323,13 +354,16 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
         os.environ["TMPDIR"] = own[0]
         tempfile.tempdir = None
     libc = _libc()
-    if sup["namespaces"] is None:
-        _namespaces(libc, parent, deathsig)  # returns in the task process only
+    if skip:
+        info["left_out"] = sorted(skip)
+    if sup["namespaces"] is None and "namespaces" not in skip:
+        _namespaces(libc, parent, deathsig, ipc="ipc" not in skip)  # returns in the task process only
         info["pid_namespace"] = info["lifeline"] = True
-        info["private_proc"] = _private_mounts(libc)
+        info["ipc_namespace"] = "ipc" not in skip
+        info["private_proc"] = _private_mounts(libc) if "private_mounts" not in skip else False
     else:
         info["pid_namespace"] = False
-    if sup["landlock_abi"]:
+    if sup["landlock_abi"] and "landlock" not in skip:
         devices = [d for d in ("/dev",) if os.path.isdir(d)]
         shm = "/dev/shm" if info.get("private_proc") and os.path.isdir("/dev/shm") else None
         readable = _readable() + ([os.path.realpath(seed)] if seed and not triton_cache else [])
@@ -337,16 +371,16 @@ def enter(writable: Iterable[str | os.PathLike], role: str = "accused", mode: st
         info["landlock_abi"] = sup["landlock_abi"]
     if info["pid_namespace"]:
         info["capabilities_dropped"] = _drop_capabilities(libc)
-    info["level"] = "full" if info["pid_namespace"] and info.get("landlock_abi") else "partial"
+    info["level"] = "full" if info["pid_namespace"] and info.get("landlock_abi") and not skip else "partial"
     return info
 
 
-def _namespaces(libc: Any, parent: int | None, deathsig: bool) -> None:
+def _namespaces(libc: Any, parent: int | None, deathsig: bool, ipc: bool = True) -> None:
     """unshare, then fork the namespace's init, which forks the task: only the task returns."""
     import select
 
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWIPC if ipc else 0)) != 0:
         raise _fail("unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as fh:
@@ -487,6 +521,88 @@ def _probe_child(folder: str) -> dict[str, Any]:  # pragma: no cover - runs in t
     return {"info": info, "checks": checks}
 
 
+# ---------------------------------------------------------------------------------------- the device inside
+_GPU_FIT: dict[str, Any] | None = None
+
+
+def _device_check(check: str, info: dict[str, Any]) -> None:
+    """What a sandboxed task does first on a device: raises if it cannot. ``cuda``: the driver, a context,
+    pinned host memory, a cuBLAS call and a synchronize (torch.cuda, CUDA and ROCm builds alike).
+    ``fail-with=a+b`` (the CPU tests' stand-in for a device stack): fails while any named piece is in force."""
+    if check == "cuda":
+        import torch
+
+        x = torch.ones(256, 256, device="cuda")
+        pinned = torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)
+        y = (x @ x).sum()
+        torch.cuda.synchronize()
+        if float(y) != 256.0 ** 3 or not pinned.is_pinned():
+            raise RuntimeError("the device computed a wrong sum")
+        return
+    if check.startswith("fail-with="):
+        held = {"namespaces": info.get("pid_namespace"), "ipc": info.get("ipc_namespace"),
+                "private_mounts": info.get("private_proc"), "landlock": bool(info.get("landlock_abi"))}
+        bad = [p for p in check.split("=", 1)[1].split("+") if held.get(p)]
+        if bad:
+            raise OSError(f"simulated device failure inside {'+'.join(bad)}")
+        return
+    raise ValueError(f"unknown device check {check!r}")
+
+
+def gpu_fit(check: str = "cuda", candidates: Iterable[Iterable[str]] = CANDIDATES, timeout_s: float = 180.0,
+            refresh: bool = False) -> dict[str, Any]:
+    """The strongest sandbox under which ``check`` passes: every candidate (pieces to leave out, strongest
+    first) is tried at once, each in a fresh child that enters the sandbox without those pieces and runs the
+    check. Returns ``{"without": [...], "tried": [{"without", "ok", "error"}...]}``; ``without`` is [] when the
+    full sandbox works, and also when nothing does (the device is then broken outside the sandbox too, and the
+    runs say so themselves). Cached for the process: a GPU call pays one round of probes (~10 s), not one per task."""
+    global _GPU_FIT
+    if _GPU_FIT is not None and _GPU_FIT.get("check") == check and not refresh:
+        return dict(_GPU_FIT)
+    import subprocess
+
+    cands = [tuple(c) for c in candidates]
+    env = {**scrub_env(dict(os.environ)), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop(WITHOUT_ENV, None)
+    tried: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="skillrun-gpufit-") as d:
+        procs = []
+        for i, c in enumerate(cands):
+            folder = os.path.join(d, str(i))
+            os.mkdir(folder)
+            procs.append(subprocess.Popen([sys.executable, "-m", "skillrun.io.sandbox", "--device-probe", folder,
+                                           ",".join(c), check], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env, start_new_session=True))
+        for c, proc in zip(cands, procs):
+            try:
+                out, err = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                tried.append({"without": list(c), "ok": False, "error": f"no answer within {timeout_s:.0f} s"})
+                continue
+            try:
+                res = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                res = {"ok": False, "error": (err.strip().splitlines() or ["(nothing said)"])[-1][:500]}
+            tried.append({"without": list(c), "ok": bool(res.get("ok")), "error": res.get("error")})
+    ok = next((t["without"] for t in tried if t["ok"]), None)
+    _GPU_FIT = {"check": check, "without": ok or [], "none_worked": ok is None, "tried": tried}
+    return dict(_GPU_FIT)
+
+
+def _device_probe_child(folder: str, without: str, check: str) -> dict[str, Any]:  # pragma: no cover - a child
+    try:
+        info = enter([folder], role="probe", mode="auto", without=[p for p in without.split(",") if p])
+        _device_check(check, info)
+        return {"ok": True}
+    except BaseException as exc:  # noqa: BLE001 - any failure is this candidate's answer
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]}
+
+
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--probe":  # pragma: no cover
     print(json.dumps(_probe_child(sys.argv[2])))
+    sys.stdout.flush()
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--device-probe":  # pragma: no cover
+    print(json.dumps(_device_probe_child(*sys.argv[2:5])))
     sys.stdout.flush()
