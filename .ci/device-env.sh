@@ -18,8 +18,11 @@
 set -e
 _root="$(pwd)"
 export PYTHONPATH="$_root/runner:$_root/kernels${PYTHONPATH:+:$PYTHONPATH}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# SKILLRUN_WHEELS: another folder of wheels (the CPU tests that run these scripts point it at an empty one, so a
+# developer's .whl/ of cp312 wheels is never installed into their Python).
+_whl="${SKILLRUN_WHEELS:-.whl}"
+if ls "$_whl"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$_whl"/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 export SKILLRUN_KB="$_root"

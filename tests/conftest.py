@@ -59,3 +59,11 @@ def _kb_root_is_reset_after_each_module():
     from skillrun.kb.paths import set_kb_root
 
     set_kb_root(None)
+
+
+@pytest.fixture(autouse=True)
+def _no_device_wheels(monkeypatch, tmp_path_factory):
+    """The device scripts these tests run source .ci/device-env.sh, which installs .whl/*.whl (cp312 wheels for
+    the H200 image) when the folder exists: a developer who fetched them must not get them installed into the
+    test's Python. An empty folder of wheels instead."""
+    monkeypatch.setenv("SKILLRUN_WHEELS", str(tmp_path_factory.mktemp("no-wheels")))
