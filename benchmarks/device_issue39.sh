@@ -106,7 +106,13 @@ for stage in $STAGES; do
   sandbox)
     # Which pieces of the sandbox this machine's CUDA stack survives (each candidate in its own child, all at
     # once): the runner's harness makes the same probe and leaves out what it must; this logs every answer.
-    run "$SANDBOX_S" $PY -c "import json; from skillrun.io import sandbox; print(json.dumps({'support': sandbox.support(), **sandbox.gpu_fit('cuda')}, indent=1))" ;;
+    run "$SANDBOX_S" $PY -c "import json, sys; from skillrun.io import sandbox; t = json.dumps({'support': sandbox.support(), **sandbox.gpu_fit('cuda')}, indent=1); print(t); open(sys.argv[1], 'w').write(t)" "$WORK/sandbox_fit.json"
+    # Where CUDA fails in every candidate, even with only the environment scrubbed, a sandboxed run would
+    # measure nothing: the runner then runs unconfined (our own ports) and every artifact says sandbox off.
+    if grep -q '"none_worked": true' "$WORK/sandbox_fit.json" 2>/dev/null; then
+      export SKILLRUN_SANDBOX=off
+      say "sandbox: the device works in no candidate; the runner runs with sandbox=off (recorded in each artifact)"
+    fi ;;
   runner)
     FIRST=${FIRST-$($PY benchmarks/bench_spread.py --defaults)}
     lim=$(stage_limit runner "$RUNNER_S")

@@ -221,6 +221,8 @@ def measure(index, card: str, shape: str, *, pool, a, left: float) -> dict:
     kw = {"backend": a.backend} if a.backend else {}
     if a.timer:
         kw["timer"] = a.timer
+    if a.sandbox != "auto":
+        kw["sandbox"] = a.sandbox
     (rec,) = api.run_skill(index, card, [shape], rounds=a.rounds, seeds=a.seeds, cuda_graph=not a.no_graph,
                            isolation=a.isolation, timeout_s=max(30.0, min(240.0, left)), pool=pool,
                            command=f"benchmarks/validate_recipes.py {card}:{shape} --rounds {a.rounds}", **kw)
@@ -300,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kb", help="knowledge base (default: the checkout's)")
     ap.add_argument("--backend", help="cuda (default: the device present) or cpu (tests)")
     ap.add_argument("--timer", help="timer spec for the session (tests: wall)")
+    ap.add_argument("--sandbox", choices=("auto", "require", "off"), default=os.environ.get("SKILLRUN_SANDBOX", "auto"),
+                    help="the ports' confinement (auto: the strongest the device survives; off: recorded as such)")
     ap.add_argument("--no-graph", action="store_true", help="eager launches instead of CUDA-graph replay")
     ap.add_argument("--estimate-first-s", type=float, default=FIRST_S, help="a card's first shape, before anything is known")
     ap.add_argument("--estimate-shape-s", type=float, default=SHAPE_S, help="a warm shape, before anything is known")
@@ -350,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     # One pool for the call: each card's sandboxed servers serve all its shapes, and its references' server times
     # the canary when it starts, before the card's accused server does (sessions.py).
     be = make_backend(a.backend)
-    with ExecOptions.from_kw({"timer": a.timer} if a.timer else {}).pool(be) as pool:
+    with ExecOptions.from_kw({**({"timer": a.timer} if a.timer else {}), "sandbox": a.sandbox}).pool(be) as pool:
         for t in queue:
             elapsed = time.time() - t0
             need = estimate(t["card"], seen, manifest, a)
