@@ -24,6 +24,12 @@ VARIANTS = {
     "dev_all_rights": {"dev_all": True},
     "no_new_privs_off": {"nnp": False},
     "root_all_rights": {"read": ["/"], "own": ["/"], "dev_all": True},
+    # After the first H200 answer (only root_all_rights worked, root_readable_shm_tmp and dev_all_rights did not):
+    # which write outside /dev, /dev/shm and /tmp the driver makes
+    "proc_writable": {"read": ["/"], "own": ["/proc"]},
+    "sys_writable": {"read": ["/"], "own": ["/sys"]},
+    "home_writable": {"read": ["/"], "own": [os.path.expanduser("~")]},
+    "proc_sys_dev_writable": {"read": ["/"], "own": ["/proc", "/sys", "/dev"]},
 }
 
 
