@@ -866,15 +866,22 @@ def _parent_clock(s: Session) -> dict:
                   "unaccounted_ms": round(_low([w - c for c, w in xs]) or 0.0, 6), "launches": len(xs)}
         if s.impossible.get(n):
             per[n]["impossible_claims"] = s.impossible[n]
-    ref_gap = _low([w - c for n, xs in s.bounds.items() if s.child_of(n).role == "references" for c, w in xs])
+    # The references' slots that produce the problem's output, each on its own: the canary's request commits to a
+    # small fixed product, so pooled with them it dragged the 20th percentile far below what a request of this
+    # output costs (on the H200, 451 ms against 477-496 ms per slot for a 512 MiB output) and an honest port
+    # was refused. The slots' own spread is the noise an honest request shows, so it widens the bound.
+    lows = [per[n]["unaccounted_ms"] for n in s.bounds if n != "canary" and n in per and s.child_of(n).role == "references"]
+    ref_gap = _median(lows) if lows else None
+    spread = (max(lows) - min(lows)) if len(lows) > 1 else 0.0
     return {"how": "every timed launch is a request from the parent; its slot's process replies with the time its own timer "
                    "measured and its commitment to the output (computed in the same request, so the time between a "
                    "launch's end and its commitment is part of what the claims leave unaccounted), and the parent's clock "
                    "runs around the request. A claim above the parent's time is impossible; the time the accused's claims "
-                   "leave unaccounted (20th percentile over its launches) must match the references' within max(its "
-                   f"median claim, {CLAIM_FLOOR_MS} ms)",
-            "reference_overhead_ms": round(ref_gap, 6) if ref_gap is not None else None, "floor_ms": CLAIM_FLOOR_MS,
-            "slots": per}
+                   "leave unaccounted (20th percentile over its launches) must match the references' (the median of their "
+                   "slots' own, the canary left out) within max(its median claim, "
+                   f"{CLAIM_FLOOR_MS} ms) plus the spread between the references' slots",
+            "reference_overhead_ms": round(ref_gap, 6) if ref_gap is not None else None,
+            "reference_spread_ms": round(spread, 6), "floor_ms": CLAIM_FLOOR_MS, "slots": per}
 
 
 def _accused_facts(s: Session, res: dict, n: str, t: dict | None) -> None:
@@ -899,7 +906,7 @@ def _accused_facts(s: Session, res: dict, n: str, t: dict | None) -> None:
                                 "around them: its times are not a clock's")
             if accused and base is not None:
                 excess = mine["unaccounted_ms"] - base
-                bound = max(CLAIM_FLOOR_MS, mine["claimed_ms"])
+                bound = max(CLAIM_FLOOR_MS, mine["claimed_ms"]) + float(pc.get("reference_spread_ms") or 0.0)
                 if excess > bound:
                     problems.append(f"its samples claim {mine['claimed_ms']:.4g} ms, but the parent's clock saw {mine['parent_ms']:.4g} ms "
                                     f"around each launch, {excess:.4g} ms more than the references' requests take beyond "
