@@ -121,7 +121,12 @@ def test_a_port_cannot_zero_the_baselines_output_to_move_the_headline(kb):
 def test_a_port_that_claims_the_baselines_op_as_its_own_cannot_fail_the_baseline(kb):
     rec = run(kb, "clk_claims_mm")
     assert gate(rec, "baseline")["passed"], gate(rec, "baseline")["reason"]
-    assert rec["timing"]["versus"].startswith("baseline")
+    # The baseline stays a comparable, oracle-correct reference. Which of it and the padded alternative the
+    # headline reads is the faster of the two on this machine's clock: under load the two swap, so the test
+    # asserts the baseline's standing, not the ordering.
+    base = next(e for e in rec["references"] if e["slot"] == "baseline")
+    assert base["status"] == "ok" and base["parity"]["passed"] and base["speedup"] is not None
+    assert rec["timing"]["versus"].startswith(("baseline", "alternative padded"))
 
 
 def test_a_port_running_the_vendor_gemm_under_another_op_name_fails(kb):

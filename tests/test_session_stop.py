@@ -27,8 +27,10 @@ def kb(tmp_path_factory):
 
 def test_a_session_driven_by_the_parent_stops_on_confidence_in_whole_blocks_with_every_check(kb):
     index, out = kb
+    # A 5 % target, not the GPU default's 0.5 %: wall-clock rounds on a loaded 2-core CI machine do not reach
+    # 0.5 % within 400 rounds (one run hit the round cap); what is tested is how the rule stops, not the noise.
     (rec,) = run_skill(index, "stop_ok", [SHAPE], backend="cpu", validation_root=out, timeout_s=180, timer="wall",
-                       rounds=400, stop="confidence", check_timed=8)
+                       rounds=400, stop="confidence", check_timed=8, stop_target_pct=5.0)
     assert rec["verdict"] == "cpu_numerics_passed", rec.get("reason")
     t = rec["timing"]
     stop = t["stop"]
