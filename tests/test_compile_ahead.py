@@ -176,3 +176,17 @@ def test_the_seed_copies_what_a_cache_lacks_relocated_and_nothing_twice(compiled
     groups = list(dest.glob("*/__grp__*.json"))
     assert groups and all(p.startswith(str(dest)) for g in groups for p in json.loads(g.read_text())["child_paths"].values())
     assert compile_seed.seed(dest, done["dir"]) == 0
+
+
+def test_a_gpu_runs_left_out_pieces_do_not_reach_the_compile_jobs(index, tmp_path, monkeypatch):
+    """A GPU run whose device needed a piece of the sandbox left out (SKILLRUN_SANDBOX_WITHOUT, set by the harness
+    in its own environment) still compiles ahead in the full sandbox: a compile job never touches the device."""
+    from skillrun.io import sandbox
+
+    if sandbox.support()["level"] != "full":
+        pytest.skip("needs the full sandbox")
+    monkeypatch.setenv(sandbox.WITHOUT_ENV, "landlock")
+    jobs = compile_ahead.jobs_for(index, [("toy_compile_ahead", {"M": 64, "N": 64, "K": 64})])
+    done = compile_ahead.compile_ahead(jobs, tmp_path / "cache", workers=1)
+    manifest = json.loads((Path(done["dir"]) / compile_ahead.MANIFEST).read_text())["jobs"]
+    assert {m.get("sandbox") for m in manifest.values()} == {"full"}

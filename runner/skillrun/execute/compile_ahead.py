@@ -278,7 +278,9 @@ def _job_main(spec: str, folder: str) -> int:
     pid_text = os.environ.get(lifeline.PARENT_ENV, "")
     parent = int(pid_text) if pid_text.isdigit() else None
     job = json.loads(Path(spec).read_text())
-    info = sandbox.enter([folder], role="accused", mode="auto", parent=parent,
+    # without=(): a compile job runs the port's launch on CPU tensors with a stand-in driver, never the device,
+    # so nothing the device needed left out of a GPU run's sandbox (SKILLRUN_SANDBOX_WITHOUT) is left out here.
+    info = sandbox.enter([folder], role="accused", mode="auto", parent=parent, without=(),
                          deathsig=os.environ.get(lifeline.DEATHSIG_ENV) == "1", triton_cache=folder)
     if not info.get("lifeline") and parent is not None:
         lifeline.die_with_parent(parent)
