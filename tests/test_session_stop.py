@@ -27,23 +27,26 @@ def kb(tmp_path_factory):
 
 def test_a_session_driven_by_the_parent_stops_on_confidence_in_whole_blocks_with_every_check(kb):
     index, out = kb
-    # A 5 % target, not the GPU default's 0.5 %: wall-clock rounds on a loaded 2-core CI machine do not reach
-    # 0.5 % within 400 rounds (one run hit the round cap); what is tested is how the rule stops, not the noise.
+    # The rule, not the round count, must end the session: rounds of this toy take well under a millisecond, so
+    # with a cap of 400 a close call (port and baseline about as fast, never "confident") reached the cap before
+    # the rule's time caps; a cap it cannot reach leaves the ending to the rule. A 5 % target, not the GPU's
+    # 0.5 %: what is tested is how the rule stops, not this machine's noise.
     (rec,) = run_skill(index, "stop_ok", [SHAPE], backend="cpu", validation_root=out, timeout_s=180, timer="wall",
-                       rounds=400, stop="confidence", check_timed=8, stop_target_pct=5.0)
+                       rounds=1_000_000, stop="confidence", check_timed=8, stop_target_pct=5.0)
     assert rec["verdict"] == "cpu_numerics_passed", rec.get("reason")
     t = rec["timing"]
     stop = t["stop"]
     # port, baseline, the A/A copy and the references' canary: blocks of 4, at least 3 of them
     assert stop["rule"] == "confidence" and stop["min_rounds"] == 12
-    assert 12 <= t["rounds"] < 400 and t["rounds"] % 4 == 0
+    assert 12 <= t["rounds"] < 1_000_000 and t["rounds"] % 4 == 0
     assert stop["ended"]["why"] in ("confident", "cap", "cap on a close call")
     assert stop["ended"]["rounds"] == t["rounds"]
     assert t["warmup"] == 3  # the confidence rule's default warm-up
     # the referee's eight checks fell inside the rounds the session was sure to run (and every profiled round)
     sampled = rec["slot_integrity"]["port"]["sampled_timed_outputs"]
     assert sampled["timed_rounds"] == t["rounds"] and sampled["failed"] == 0
-    assert sampled["checked"] >= 8 + 3  # and the three profiled rounds
+    # the eight, and the three profiled rounds, which may be among them when the session stops early
+    assert sampled["checked"] >= 8
     # the parent's clock and the canary still run around every launch
     assert t["parent_clock"]["slots"]["port"]["launches"] == t["rounds"] + 3
     assert "canary" in t
