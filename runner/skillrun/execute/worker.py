@@ -222,7 +222,12 @@ def _finish_gate(slot: dict, n: str, sets: Any, observer: Any, t: dict | None, l
             # Against its own fastest plain launch, so a bimodal port (two honest speeds) is not refused.
             fastest = min((t.get("samples") or {}).get(n) or [float("inf")])
             seen_ms = (t.get("observed") or {}).get(n) or []
-            if rel is not None and seen_ms and rel < 1.0 / OBSERVER_EFFECT_LIMIT and _median(seen_ms) < fastest:
+            # On a CPU the plain wall-clock launches of a loaded 2-core host can all run slower than a few profiled
+            # ones (honest toys were refused at 1.15x-1.5x); there the profiled median must also beat the fastest
+            # plain launch by the limit itself, which a port that idles when watched still does by far. CPU timing
+            # is never GPU evidence; on a device the rule is unchanged.
+            margin = 1.0 if use_device else OBSERVER_EFFECT_LIMIT
+            if rel is not None and seen_ms and rel < 1.0 / OBSERVER_EFFECT_LIMIT and _median(seen_ms) * margin < fastest:
                 problems.append(f"ran {1 / max(obs['slowdown'], 1e-12):.2f}x faster when profiled than when not, faster "
                                 f"than any of its plain launches ({_median(seen_ms):.4g} ms against {fastest:.4g} ms): it "
                                 "runs other code when observed")
