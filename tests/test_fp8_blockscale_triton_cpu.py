@@ -264,16 +264,11 @@ def test_pair_variant_keeps_one_wgmma_group_in_flight():
 def test_port_on_gpu_matches_oracle(M, N, K):
     from skillrun_kernels.fp8_blockscale_gemm import triton_sm90
 
+    from gluon_gpu import run_twice  # the run-twice-on-one-prepare helper the Gluon GPU tests use
+
     sd = {"M": M, "N": N, "K": K}
     seed = _seed()
-    x = problem.make_inputs(sd, seed, "cuda")
-    kl = triton_sm90.build(sd, None, "cuda")
-    prep = kl.prepare(x)
-    out = problem.output_like(sd, "cuda").fill_(float("nan"))
-    kl.run(prep, out)
-    first = out.clone()
-    kl.run(prep, out)
-    ref = problem.oracle(x)
+    first, out, ref = run_twice(triton_sm90, sd, None, seed)
     assert problem.rel_error(out, ref) < 3e-3, f"seed {seed}"
     assert torch.equal(first, out), f"seed {seed}: not deterministic"
 

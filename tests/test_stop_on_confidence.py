@@ -142,16 +142,7 @@ def test_a_slot_that_synchronizes_inside_its_call_gets_no_spin_and_the_host_wait
     its 200 ms cap and the host waited through every one (26-44 s per shape on the H200). A slot seen
     synchronizing twice gets no spin; the others keep theirs, and their times stay true."""
     gpu = SimGPU()
-
-    def syncing(us):
-        def fn():
-            gpu.kernel(us / 2)
-            gpu.synchronize()  # a count read back on the host
-            gpu.kernel(us / 2)
-        return fn
-
-    slots = {"port": [lambda: gpu.kernel(100.0)], "mslk": [syncing(300.0)], "loop": [syncing(400.0)],
-             "loop#aa": [syncing(400.0)]}
+    slots = _synced_interleave_slots(gpu)
     timer = timing.EventTimer(device=gpu, sustain_ms=0.0)
     t = timing.interleave(slots, timer, 40, 2, after_round=lambda info: gpu.host_work(500.0), rng=random.Random(2))
     assert timer.launch_hold and set(t["unspun"]) == {"mslk", "loop", "loop#aa"}
@@ -168,20 +159,16 @@ def test_a_slot_that_synchronizes_inside_its_call_gets_no_spin_and_the_host_wait
 def test_before_the_fix_the_spins_before_synchronizing_slots_grew_to_their_cap():
     """The teeth of the test above: the same slots with the per-slot exemption turned off."""
     gpu = SimGPU()
-
-    def syncing(us):
-        def fn():
-            gpu.kernel(us / 2)
-            gpu.synchronize()
-            gpu.kernel(us / 2)
-        return fn
-
-    slots = {"port": [lambda: gpu.kernel(100.0)], "mslk": [syncing(300.0)], "loop": [syncing(400.0)],
-             "loop#aa": [syncing(400.0)]}
+    slots = _synced_interleave_slots(gpu)
     timer = timing.EventTimer(device=gpu, sustain_ms=0.0)
     timer.UNSPIN_AFTER = 10 ** 9
     timing.interleave(slots, timer, 40, 2, after_round=lambda info: gpu.host_work(500.0), rng=random.Random(2))
     assert timer.hold_us >= 100_000
+
+
+def _synced_interleave_slots(gpu) -> dict:
+    """_syncing_slots as timing.interleave takes them (a list of calls per slot), without the canary."""
+    return {n: [fn] for n, fn in _syncing_slots(gpu).items() if n != "canary"}
 
 
 def _syncing_slots(gpu):

@@ -75,18 +75,23 @@ def build_cheat(shape: dict, config: dict, device: str) -> KernelLaunch:
                         describe={"backend": "triton", "config": cfg})
 
 
+def _compile_args(shape: dict, config: dict | None) -> tuple[dict, dict]:
+    """The config and the compile arguments of ``build``'s launch at ``shape`` (both compile paths below)."""
+    cfg = {**DEFAULT, **(config or {})}
+    m, n, k = (int(shape[x]) for x in ("M", "N", "K"))
+    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
+    return cfg, {"types": ptrs, "constexprs": {"BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg.get("GROUP_M", 8)},
+                 "divisible": list(ptrs), "values": {"M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1, "scm": n, "scn": 1},
+                 "num_warps": cfg.get("num_warps", 8), "num_stages": cfg.get("num_stages", 3)}
+
+
 def compile_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -> dict:
     """What ``build`` launches, compiled for ``arch`` on the CPU (kernels/skillrun_kernels/protocol.py);
     small tiles keep the compile-ahead tests quick."""
     from skillrun_kernels._triton.compile import compile_facts
 
-    cfg = {**DEFAULT, **(config or {})}
-    m, n, k = (int(shape[x]) for x in ("M", "N", "K"))
-    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
-    consts = {"BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg.get("GROUP_M", 8)}
-    values = {"M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1, "scm": n, "scn": 1}
-    facts = compile_facts(_toy_mm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
-                          num_warps=cfg.get("num_warps", 8), num_stages=cfg.get("num_stages", 3), arch=arch)
+    cfg, kw = _compile_args(shape, config)
+    facts = compile_facts(_toy_mm_kernel, arch=arch, **kw)
     return {"arch": arch, "config": cfg, "kernels": [facts]}
 
 
@@ -95,13 +100,8 @@ def launch_only(shape: dict, config: dict | None = None, arch: str = "sm_90a") -
     the facts are read from, so a pruned cache serves it (tests/test_compile_ahead.py)."""
     from skillrun_kernels._triton.compile import compile_kernel
 
-    cfg = {**DEFAULT, **(config or {})}
-    m, n, k = (int(shape[x]) for x in ("M", "N", "K"))
-    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
-    consts = {"BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg.get("GROUP_M", 8)}
-    values = {"M": m, "N": n, "K": k, "sam": k, "sak": 1, "sbk": n, "sbn": 1, "scm": n, "scn": 1}
-    ck = compile_kernel(_toy_mm_kernel, types=ptrs, constexprs=consts, divisible=list(ptrs), values=values,
-                        num_warps=cfg.get("num_warps", 8), num_stages=cfg.get("num_stages", 3), arch=arch)
+    cfg, kw = _compile_args(shape, config)
+    ck = compile_kernel(_toy_mm_kernel, arch=arch, **kw)
     return {"arch": arch, "config": cfg, "kernels": [{"name": "_toy_mm_kernel", "cubin_bytes": len(ck.asm["cubin"])}]}
 
 
