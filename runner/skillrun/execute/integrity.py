@@ -300,13 +300,16 @@ def output_digest(out: Any) -> str:
 
     from skillrun.execute import guard
 
+    dtype, shape = str(out.dtype).removeprefix("torch."), list(out.shape)
     with guard.harness():
         flat = out.detach().contiguous().reshape(-1)
-        if flat.device.type == "cpu" or not flat.numel():
-            data = flat.view(torch.uint8).numpy() if flat.numel() else b""
-            return bytes_digest(data, str(out.dtype).removeprefix("torch."), list(out.shape))
+        if not flat.numel():
+            return bytes_digest(b"", dtype, shape)
+        u8 = flat.view(torch.uint8)
+        if u8.device.type == "cpu":
+            return bytes_digest(u8.numpy(), dtype, shape)
         with _HOST_LOCK:  # the reused buffer holds these bytes until they are hashed
-            return bytes_digest(host_bytes(flat.view(torch.uint8)), str(out.dtype).removeprefix("torch."), list(out.shape))
+            return bytes_digest(host_bytes(u8), dtype, shape)
 
 
 # Reused page-locked host buffers for the device outputs' bytes, by size. A fresh pageable copy of every
@@ -319,13 +322,11 @@ _HOST_KEEP, _HOST_MAX_BYTES = 3, 4 << 30
 
 
 def host_bytes(u8: Any, alloc: Any = None) -> Any:
-    """The bytes of a flat uint8 tensor as a host array: a CPU tensor's own memory, a device tensor's copied
-    into a reused pinned buffer (``alloc(n)`` makes one; pageable when pinning fails, e.g. a memlock limit).
-    The array is valid until the next call: callers hold _HOST_LOCK until they are done with it."""
+    """The bytes of a flat uint8 device tensor as a host array, copied into a reused pinned buffer (``alloc(n)``
+    makes one; pageable when pinning fails, e.g. a memlock limit). The array is valid until the next call:
+    callers hold _HOST_LOCK until they are done with it."""
     import torch
 
-    if u8.device.type == "cpu":
-        return u8.numpy()
     n = int(u8.numel())
     buf = _HOST_BUFFERS.pop(n, None)
     if buf is None and n <= _HOST_MAX_BYTES:

@@ -254,10 +254,10 @@ def record(mode: str, sup: dict[str, Any] | None = None, gpu: bool = False) -> d
                 "env_scrubbed": True}
     out: dict[str, Any] = {"level": s["level"], "mechanism": describe(s), "env_scrubbed": True,
                            "pid_namespace": s["namespaces"] is None, "landlock_abi": s["landlock_abi"]}
-    left = sorted(gpu_fit()["without"]) if gpu and mode == "auto" and s["level"] != "none" else []
-    if left and s["level"] != "none":
-        fit = _GPU_FIT or {}
-        why = next((t.get("error") for t in fit.get("tried", []) if not t.get("ok")), None)
+    fit = gpu_fit() if gpu and mode == "auto" and s["level"] != "none" else None
+    left = sorted(fit["without"]) if fit else []
+    if left:
+        why = next((t.get("error") for t in fit["tried"] if not t.get("ok")), None)
         out.update({"level": "partial", "left_out": left,
                     "pid_namespace": s["namespaces"] is None and "namespaces" not in left,
                     "landlock_abi": 0 if "landlock" in left else s["landlock_abi"],
